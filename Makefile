@@ -1,0 +1,56 @@
+# speclab — every target creates what it needs; the second run is fast.
+PYTHON ?= python3
+VENV := .venv
+SERVER_VENV := .venv-server
+BIN := $(VENV)/bin
+PIP_QUIET := -q --progress-bar off
+export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
+
+.DEFAULT_GOAL := help
+.PHONY: help venv server-venv setup demo test test-unit test-integration test-notebooks lint lab bench clean-outputs
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install $(PIP_QUIET) --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+	@$(BIN)/pip install $(PIP_QUIET) -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+	@$(BIN)/python -c "import speclab" && touch $@
+	@echo "workbook venv ready: $(VENV)"
+
+venv: $(BIN)/.installed ## create the workbook venv (.venv)
+
+server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 GB)
+	@bash scripts/install-server.sh 2>&1 | grep -v "^WARNING: Location"
+
+setup: venv server-venv ## venvs + the embedded model converted once (cached in ~/.cache/speclab)
+	@$(BIN)/speclab setup --eagle3
+
+demo: setup ## run the whole workbook on the embedded server; prints the HTML report's path
+	@$(BIN)/speclab demo
+
+test: setup ## the full suite: unit, integration (real embedded vLLM) and notebook tests
+	@$(BIN)/python -m pytest -q -ra
+
+test-unit: venv ## unit tests only (no server; seconds)
+	@$(BIN)/python -m pytest -q -ra tests/unit
+
+test-integration: setup ## integration tests against the real embedded vLLM
+	@$(BIN)/python -m pytest -q -ra tests/integration
+
+test-notebooks: setup ## each notebook through papermill with its smoke params
+	@$(BIN)/python -m pytest -q -ra tests/notebooks
+
+lint: venv ## ruff
+	@$(BIN)/ruff check lib tests benchmarks
+
+lab: setup ## open JupyterLab on the notebooks
+	@$(BIN)/jupyter lab notebooks/
+
+bench: setup ## the benchmarks (fidelity vs the server and vllm bench serve; ingest ceiling)
+	@$(BIN)/python benchmarks/ingest_ceiling.py
+	@$(BIN)/python benchmarks/fidelity.py
+
+clean-outputs: ## delete every run under outputs/ (asks first)
+	@read -p "Delete all runs under outputs/? [y/N] " ok && [ "$$ok" = y ] && find outputs -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + || true

@@ -1,0 +1,143 @@
+"""The ``speclab`` command: the same library functions the notebooks call."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
+
+from speclab.errors import SpeclabError, explain_validation_error
+
+
+def _parse_int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 1,4,16")
+    return values
+
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    from speclab.embedded import setup_embedded
+
+    for key, value in setup_embedded(with_eagle3=args.eagle3).items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from speclab.embedded import default_option
+    from speclab.runs import Run
+    from speclab.target import ServerTarget, serve_target
+
+    option = default_option(args.option, args.k)
+    target = ServerTarget(mode="embedded", option=option, port=args.port, dtype=args.dtype)
+    run = Run.create(f"serve-{args.option}", target.model_dump(mode="json"), kind="serve")
+    with run.recording(), serve_target(target, run) as live:
+        ident = live.identity
+        print(f"speclab: {ident.engine} {ident.version} serving {live.model!r} at {live.endpoint.v1}")
+        print(f"  option: {option.label}; load time {ident.load_time_s:.1f} s; log in {run.path}")
+        if option.method == "eagle3":
+            print("  note: the EAGLE-3 head is RANDOMLY initialised: expect ~0 % acceptance.")
+        print(f"  metrics: {live.endpoint.at_root('metrics')}   (Ctrl-C stops the server)")
+        if args.for_seconds:
+            time.sleep(args.for_seconds)
+        else:
+            signal.pause()
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from speclab.identity import contradictions, probe_server
+    from speclab.server import SpecOption
+
+    identity = probe_server(args.endpoint)
+    width = max(len(k) for k, _ in identity.summary_rows())
+    for key, value in identity.summary_rows():
+        print(f"{key:<{width}}  {value}")
+    if identity.cmdline:
+        print(f"{'cmdline':<{width}}  {' '.join(identity.cmdline)}")
+    for note in identity.notes:
+        print(f"note: {note}")
+    if args.expect:
+        problems = contradictions(identity, SpecOption(method=args.expect, num_speculative_tokens=args.k))
+        for problem in problems:
+            print(f"CONTRADICTION: {problem}")
+        return 2 if problems else 0
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speclab",
+        description="Will speculative decoding pay off on your vLLM/SGLang server? Measure, predict, decide.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("setup", help="create the embedded server venv and convert the model (once)")
+    p.add_argument("--eagle3", action="store_true", help="also write the random EAGLE-3 drafter head")
+    p.set_defaults(func=cmd_setup)
+
+    p = sub.add_parser("serve", help="serve SmolLM2-135M on the embedded vLLM (CPU), 127.0.0.1 only")
+    p.add_argument("--option", default="baseline", choices=["baseline", "ngram", "suffix", "eagle3"])
+    p.add_argument("--k", type=int, default=None, help="tokens drafted per step (option default)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--for-seconds", type=float, default=None, help="stop after this long")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("probe", help="say what a running server really is (external mode)")
+    p.add_argument("--endpoint", required=True, help="e.g. http://host:8000 or http://host:8000/v1")
+    p.add_argument("--expect", choices=["baseline", "ngram", "suffix", "eagle3", "draft_model"],
+                   help="the option you believe is running; exit 2 if the server contradicts it")
+    p.add_argument("--k", type=int, default=None)
+    p.set_defaults(func=cmd_probe)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+# Other modules add their subcommands here (bench, run, demo) to keep this file thin.
+_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
+
+
+def _register_extras() -> None:
+    from speclab import cli_bench, cli_workbook
+
+    for module in (cli_bench, cli_workbook):
+        if module.register not in _EXTRA_COMMANDS:
+            _EXTRA_COMMANDS.append(module.register)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: one clear sentence on bad input, never a traceback."""
+    try:
+        _register_extras()
+    except ImportError:
+        pass
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValidationError as exc:
+        print(f"speclab: {explain_validation_error(exc).message}", file=sys.stderr)
+        return 1
+    except SpeclabError as exc:
+        print(f"speclab: {exc.message}", file=sys.stderr)
+        if exc.detail:
+            print(exc.detail, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("speclab: interrupted; servers stopped, measured data kept.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,526 @@
+"""The load generator: concurrency or Poisson sweeps, records appended as they arrive.
+
+A sweep is planned first (which prompt goes to which level and repeat), the plan and the
+prompts are saved in the run folder, and a later arm (02-ngram) replays exactly that plan
+for a paired comparison. Per level: warm-up requests (excluded), a ``/metrics`` scrape,
+the measured requests, a second scrape; the counter deltas give acceptance and the
+server's own latency means for the same window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import multiprocessing
+import random
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from speclab.client import LoopLagMonitor, RequestRecord, RequestSpec, Sampling, StreamClient
+from speclab.errors import SpeclabError
+from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
+from speclab.prompts import Prompt, PromptReuseWarning, distinct_batches, load_prompts, select_prompts
+from speclab.runs import Run, write_json
+from speclab.summary import summarise_level
+from speclab.urls import Endpoint
+
+REQUESTS_JSONL = "requests.jsonl"
+LEVELS_JSONL = "levels.jsonl"
+PLAN_JSON = "plan.json"
+PROMPTS_JSONL = "prompts.jsonl"
+SUMMARY_JSON = "summary.json"
+
+WARMUP_MESSAGES = [{"role": "user", "content": "Say hello in five words."}]
+
+
+class SweepConfig(BaseModel):
+    """What to send and how hard: the same fields in params files, the CLI and notebooks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: list[int] = Field([1, 4], description="closed-loop concurrency levels to sweep")
+    rate: float | None = Field(
+        None, gt=0, description="Poisson arrivals (req/s) instead of closed loop; concurrency caps in-flight"
+    )
+    prompts: str | None = Field(None, description="None/'builtin', a .jsonl file or a ShareGPT .json")
+    categories: list[str] | None = Field(None, description="categories to use (all when unset)")
+    per_category: int = Field(3, ge=1, description="prompts per category per level and repeat")
+    repeats: int = Field(1, ge=1, le=20, description="repeats of each level (distinct prompts each)")
+    warmup_requests: int = Field(2, ge=0, description="unmeasured requests before each level")
+    max_tokens: int | None = Field(None, ge=1, description="overrides each prompt's own max_tokens")
+    temperature: float = Field(0.0, ge=0.0, description="0 = greedy (lossless comparisons)")
+    seed: int | None = Field(0, description="sampling seed sent with every request")
+    ignore_eos: bool = Field(False, description="true distorts acceptance (vllm#52536)")
+    chat_template_kwargs: dict[str, Any] | None = Field(None, description="e.g. {enable_thinking: true}")
+    transport: Literal["fast", "httpx"] = Field("fast", description="fast = raw asyncio reader")
+    workers: int = Field(1, ge=1, le=64, description="client processes sharing the streams")
+    api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
+    reuse_prompts: bool = Field(False, description="allow the same prompt in several levels")
+    reset_prefix_cache: bool = Field(True, description="POST /reset_prefix_cache before each level where served")
+    request_timeout_s: float = Field(600.0, gt=0)
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if not value or any(c < 1 for c in value):
+            raise ValueError("give at least one concurrency level, each >= 1")
+        return value
+
+    def sampling(self) -> Sampling:
+        return Sampling(
+            temperature=self.temperature,
+            seed=self.seed,
+            max_tokens=self.max_tokens or 256,
+            ignore_eos=self.ignore_eos,
+            chat_template_kwargs=self.chat_template_kwargs,
+        )
+
+
+@dataclass
+class PlannedRequest:
+    level: int
+    concurrency: int
+    rate: float | None
+    repeat: int
+    prompt_id: str
+    category: str
+    max_tokens: int | None
+
+
+@dataclass
+class Plan:
+    """Which prompt runs at which level/repeat, in send order. Saved with every run."""
+
+    requests: list[PlannedRequest]
+    prompts: dict[str, Prompt]
+    reused_prompts: bool = False
+
+    def levels(self) -> list[tuple[int, int, float | None, int]]:
+        seen: dict[int, tuple[int, int, float | None, int]] = {}
+        for r in self.requests:
+            seen.setdefault(r.level, (r.level, r.concurrency, r.rate, r.repeat))
+        return [seen[k] for k in sorted(seen)]
+
+    def for_level(self, level: int) -> list[PlannedRequest]:
+        return [r for r in self.requests if r.level == level]
+
+    def save(self, folder: Path) -> None:
+        with open(folder / PROMPTS_JSONL, "wb") as handle:
+            for prompt in self.prompts.values():
+                handle.write(orjson.dumps(prompt.to_json()) + b"\n")
+        write_json(folder / PLAN_JSON, {
+            "reused_prompts": self.reused_prompts,
+            "requests": [r.__dict__ for r in self.requests],
+        })
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Plan:
+        folder = Path(folder)
+        if not (folder / PLAN_JSON).exists():
+            raise SpeclabError(
+                f"{folder} holds no {PLAN_JSON}; choose a run folder made by a sweep (01-baseline)."
+            )
+        from speclab.prompts import load_jsonl
+        from speclab.runs import read_json
+
+        data = read_json(folder / PLAN_JSON)
+        prompts = {p.id: p for p in load_jsonl(folder / PROMPTS_JSONL)}
+        requests = [PlannedRequest(**r) for r in data["requests"]]
+        return cls(requests, prompts, bool(data.get("reused_prompts")))
+
+
+def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan:
+    """Assign prompts to levels and repeats: distinct prompts per level unless reuse is asked."""
+    pool = prompts if prompts is not None else load_prompts(config.prompts, config.categories)
+    pool = select_prompts(pool, config.categories)
+    slots = [(c, r) for c in config.concurrency for r in range(config.repeats)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PromptReuseWarning)
+        if config.reuse_prompts:
+            batch = select_prompts(pool, config.categories, config.per_category)
+            batches = [batch for _ in slots]
+        else:
+            batches = distinct_batches(pool, len(slots), config.per_category)
+    reused = config.reuse_prompts or any(issubclass(w.category, PromptReuseWarning) for w in caught)
+    requests: list[PlannedRequest] = []
+    for level, ((concurrency, repeat), batch) in enumerate(zip(slots, batches, strict=True)):
+        # Interleave categories so every level sees every category from its first second.
+        for prompt in _interleave(batch):
+            requests.append(PlannedRequest(
+                level=level, concurrency=concurrency, rate=config.rate, repeat=repeat,
+                prompt_id=prompt.id, category=prompt.category,
+                max_tokens=config.max_tokens or prompt.max_tokens,
+            ))
+    used = {r.prompt_id for r in requests}
+    return Plan(requests, {p.id: p for p in pool if p.id in used}, reused)
+
+
+def _interleave(batch: list[Prompt]) -> list[Prompt]:
+    by_cat: dict[str, list[Prompt]] = {}
+    for prompt in batch:
+        by_cat.setdefault(prompt.category, []).append(prompt)
+    out: list[Prompt] = []
+    while any(by_cat.values()):
+        for items in by_cat.values():
+            if items:
+                out.append(items.pop(0))
+    return out
+
+
+def _spec_for(planned: PlannedRequest, prompt: Prompt, arm: str) -> RequestSpec:
+    return RequestSpec(
+        request_id=f"{arm}-L{planned.level}-{planned.prompt_id}",
+        prompt_id=planned.prompt_id,
+        category=planned.category,
+        messages=[dict(m) for m in prompt.messages] if prompt.messages else None,
+        prompt=prompt.prompt,
+        max_tokens=planned.max_tokens,
+        tags={"level": planned.level, "concurrency": planned.concurrency,
+              "rate": planned.rate, "repeat": planned.repeat},
+    )
+
+
+# --------------------------------------------------------------------------- one level
+
+
+async def _drive(
+    client: StreamClient,
+    specs: list[RequestSpec],
+    concurrency: int,
+    rate: float | None,
+    t0: float,
+    on_record: Callable[[RequestRecord], None],
+    stop: threading.Event,
+    seed: int,
+) -> None:
+    """Closed loop (``concurrency`` in flight) or Poisson arrivals capped at ``concurrency``."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(spec: RequestSpec) -> None:
+        try:
+            record = await client.send(spec, t0)
+            on_record(record)
+        finally:
+            slots.release()
+
+    tasks: list[asyncio.Task[None]] = []
+    rng = random.Random(seed)
+    next_arrival = time.perf_counter()
+    for spec in specs:
+        if stop.is_set():
+            break
+        if rate is not None:
+            next_arrival += rng.expovariate(rate)
+            delay = next_arrival - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await slots.acquire()
+        tasks.append(asyncio.create_task(one(spec)))
+    if tasks:
+        await asyncio.gather(*tasks)
+
+
+async def _level_in_process(
+    endpoint: Endpoint,
+    model: str,
+    config: SweepConfig,
+    specs: list[RequestSpec],
+    concurrency: int,
+    rate: float | None,
+    t0: float,
+    on_record: Callable[[RequestRecord], None],
+    stop: threading.Event,
+    seed: int,
+) -> dict[str, Any]:
+    lag = LoopLagMonitor()
+    async with StreamClient(
+        endpoint, model,
+        transport=config.transport,
+        sampling=config.sampling(),
+        max_connections=max(concurrency * 2, 8),
+        read_timeout_s=config.request_timeout_s,
+        api_key_env=config.api_key_env,
+    ) as client:
+        lag.start()
+        await _drive(client, specs, concurrency, rate, t0, on_record, stop, seed)
+        summary = await lag.stop()
+        summary["capabilities"] = dict(client.capabilities)
+    return summary
+
+
+def _run_coroutine(coro_factory: Callable[[], Any]) -> Any:
+    """Run a coroutine on a fresh uvloop (or asyncio) loop; works inside Jupyter too."""
+
+    def runner() -> Any:
+        loop_factory = None
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            loop_factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=loop_factory) as loop_runner:
+            return loop_runner.run(coro_factory())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return runner()
+    # A loop already runs here (Jupyter): measure on a thread with its own loop.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(runner).result()
+
+
+def _worker_main(args: tuple[Any, ...]) -> None:
+    """A client process: runs its share of a level and streams records back on a queue."""
+    endpoint_root, model, config_json, spec_dicts, concurrency, rate, t0, queue, seed = args
+    config = SweepConfig.model_validate_json(config_json)
+    specs = [RequestSpec(**d) for d in spec_dicts]
+    stop = threading.Event()
+
+    def send_back(record: RequestRecord) -> None:
+        queue.put(("record", record.to_row()))
+
+    async def go() -> dict[str, Any]:
+        return await _level_in_process(
+            Endpoint.parse(endpoint_root), model, config, specs, concurrency, rate, t0,
+            send_back, stop, seed)
+
+    try:
+        queue.put(("lag", _run_coroutine(go)))
+    except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
+        queue.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _record_from_row(row: dict[str, Any]) -> RequestRecord:
+    row = dict(row)
+    row.pop("ok", None)
+    return RequestRecord(**row)
+
+
+def _level_in_workers(
+    endpoint: Endpoint, model: str, config: SweepConfig, specs: list[RequestSpec],
+    concurrency: int, rate: float | None, t0: float,
+    on_record: Callable[[RequestRecord], None], stop: threading.Event, seed: int,
+) -> dict[str, Any]:
+    """Spread a level's streams over ``config.workers`` processes (perf_counter is
+    CLOCK_MONOTONIC on Linux, so every process shares the run clock ``t0``)."""
+    n = min(config.workers, concurrency, max(len(specs), 1))
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    shares = [specs[i::n] for i in range(n)]
+    per_worker = [concurrency // n + (1 if i < concurrency % n else 0) for i in range(n)]
+    worker_rate = rate / n if rate else None
+    processes = []
+    for i in range(n):
+        args = (endpoint.root, model, config.model_dump_json(), [s.__dict__ for s in shares[i]],
+                per_worker[i], worker_rate, t0, queue, seed + i)
+        process = context.Process(target=_worker_main, args=(args,), daemon=True)
+        process.start()
+        processes.append(process)
+    lags: list[dict[str, Any]] = []
+    errors: list[str] = []
+    finished = 0
+    try:
+        while finished < n:
+            kind, payload = queue.get()
+            if kind == "record":
+                on_record(_record_from_row(payload))
+            elif kind == "lag":
+                lags.append(payload)
+                finished += 1
+            else:
+                errors.append(payload)
+                finished += 1
+    finally:
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+    if errors:
+        raise SpeclabError(f"A client worker failed: {errors[0]}; rerun with workers: 1 to see it.")
+    keys = ("lag_p50_s", "lag_p99_s", "lag_max_s")
+    merged: dict[str, Any] = {k: max((lag.get(k) or 0.0) for lag in lags) for k in keys}
+    merged["workers"] = n
+    merged["capabilities"] = lags[0].get("capabilities") if lags else None
+    return merged
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+@dataclass
+class SweepResult:
+    run_dir: Path
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
+
+
+class _Appender:
+    """Appends each record to requests.jsonl the moment it arrives (flushed, fsync'd)."""
+
+    def __init__(self, path: Path, extra: dict[str, Any], progress: Any) -> None:
+        self.handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+        self.extra = extra
+        self.records: list[RequestRecord] = []
+        self.progress = progress
+        self.lock = threading.Lock()
+
+    def __call__(self, record: RequestRecord) -> None:
+        row = {**self.extra, **record.to_row()}
+        with self.lock:
+            self.handle.write(orjson.dumps(row, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+            self.handle.flush()
+            self.records.append(record)
+            if self.progress is not None:
+                self.progress.update(1)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def _progress_bar(total: int, description: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description, unit="req", leave=True)
+
+
+def _scrape(client: httpx.Client, endpoint: Endpoint) -> MetricsSnapshot | None:
+    try:
+        return scrape_metrics(client, endpoint)
+    except SpeclabError:
+        return None
+
+
+def _warm_up(endpoint: Endpoint, model: str, config: SweepConfig, n: int, arm: str) -> None:
+    if n <= 0:
+        return
+    specs = [RequestSpec(request_id=f"{arm}-warmup-{i}", prompt_id="warmup", category="warmup",
+                         messages=WARMUP_MESSAGES, max_tokens=16) for i in range(n)]
+
+    async def go() -> dict[str, Any]:
+        return await _level_in_process(endpoint, model, config, specs, n, None, time.perf_counter(),
+                                       lambda r: None, threading.Event(), 0)
+
+    _run_coroutine(go)
+
+
+def measure_sweep(
+    endpoint: Endpoint | str,
+    model: str,
+    config: SweepConfig,
+    run: Run,
+    *,
+    plan: Plan | None = None,
+    arm: str = "baseline",
+    progress: bool = True,
+) -> SweepResult:
+    """Run every level of the plan against the server and write the run's data files.
+
+    Writes ``plan.json`` + ``prompts.jsonl`` first, appends ``requests.jsonl`` per request
+    and ``levels.jsonl`` per level, rewrites ``summary.json`` after each level, and writes
+    ``requests.parquet`` at the end. Ctrl-C stops sending; what was measured stays.
+    """
+    ep = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
+    plan = plan or plan_sweep(config)
+    plan.save(run.path)
+    result = SweepResult(run.path)
+    stop = threading.Event()
+    control = httpx.Client(timeout=httpx.Timeout(30.0))
+    try:
+        for level, concurrency, rate, repeat in plan.levels():
+            planned = plan.for_level(level)
+            specs = [_spec_for(p, plan.prompts[p.prompt_id], arm) for p in planned]
+            if config.reset_prefix_cache:
+                with contextlib.suppress(httpx.HTTPError):
+                    control.post(ep.at_root("reset_prefix_cache"))
+            _warm_up(ep, model, config, config.warmup_requests, arm)
+            before = _scrape(control, ep)
+            label = f"{arm} c={concurrency}" + (f" rate={rate}/s" if rate else "") + (
+                f" repeat {repeat + 1}" if config.repeats > 1 else "")
+            bar = _progress_bar(len(specs), label, progress)
+            appender = _Appender(
+                run.path / REQUESTS_JSONL,
+                {"arm": arm, "level": level, "concurrency": concurrency, "rate": rate, "repeat": repeat},
+                bar,
+            )
+            t0 = time.perf_counter()
+            try:
+                if config.workers > 1:
+                    harness = _level_in_workers(ep, model, config, specs, concurrency, rate, t0,
+                                                appender, stop, seed=level)
+                else:
+                    harness = _run_coroutine(lambda: _level_in_process(
+                        ep, model, config, specs, concurrency, rate, t0, appender, stop, level))
+            except KeyboardInterrupt:
+                stop.set()
+                raise
+            finally:
+                appender.close()
+                if bar is not None:
+                    bar.close()
+            after = _scrape(control, ep)
+            records = appender.records
+            counters = window(before, after) if before and after else None
+            ok = [r for r in records if r.ok]
+            foreign = None
+            if counters is not None:
+                foreign = foreign_traffic(counters, len(ok), sum(r.output_tokens or 0 for r in ok))
+            level_summary = summarise_level(
+                records, concurrency=concurrency, rate=rate, counters=counters,
+                foreign=foreign, harness=harness)
+            level_summary.update({"level": level, "repeat": repeat, "arm": arm})
+            result.levels.append(level_summary)
+            result.records.extend(records)
+            with open(run.path / LEVELS_JSONL, "ab") as handle:
+                handle.write(orjson.dumps(level_summary) + b"\n")
+            write_json(run.path / SUMMARY_JSON, {"arm": arm, "levels": result.levels})
+    finally:
+        control.close()
+        write_parquet(run.path)
+    return result
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every request row of a run, from requests.jsonl (a torn last line is skipped)."""
+    path = Path(run_dir) / REQUESTS_JSONL
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    with open(path, "rb") as handle:
+        for line in handle:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                rows.append(orjson.loads(line))
+    return rows
+
+
+def write_parquet(run_dir: str | Path) -> Path | None:
+    """requests.parquet from requests.jsonl: one tidy row per request."""
+    import pandas as pd
+
+    rows = read_records(run_dir)
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    for column in ("chunk_offsets_s", "chunk_tokens", "token_ids", "tags"):
+        if column in frame:
+            frame[column] = frame[column].map(lambda v: orjson.dumps(v).decode() if v is not None else None)
+    target = Path(run_dir) / "requests.parquet"
+    frame.to_parquet(target, index=False)
+    return target
+
+
+def iter_levels(run_dir: str | Path) -> Iterable[dict[str, Any]]:
+    from speclab.runs import read_json
+
+    return read_json(Path(run_dir) / SUMMARY_JSON)["levels"]

