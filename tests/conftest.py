@@ -32,3 +32,22 @@ def _outputs_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Runs made by tests go to a temp folder, never into the checkout's outputs/."""
     if "SPECLAB_OUTPUTS" not in os.environ:
         monkeypatch.setenv("SPECLAB_OUTPUTS", str(tmp_path_factory.getbasetemp() / "outputs"))
+
+
+@pytest.fixture
+def vllm_lock():
+    """One real vLLM at a time on this 2-core machine (developers and helpers share it)."""
+    import fcntl
+
+    with open("/tmp/speclab-vllm.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+        fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def no_vllm_running() -> bool:
+    import subprocess
+
+    out = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"],
+                         capture_output=True, text=True).stdout.split()
+    return not [pid for pid in out if int(pid) != os.getpid()]

@@ -109,19 +109,16 @@ _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
 
 
 def _register_extras() -> None:
-    from speclab import cli_bench, cli_workbook
+    from speclab import cli_bench
 
-    for module in (cli_bench, cli_workbook):
+    for module in (cli_bench,):
         if module.register not in _EXTRA_COMMANDS:
             _EXTRA_COMMANDS.append(module.register)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one clear sentence on bad input, never a traceback."""
-    try:
-        _register_extras()
-    except ImportError:
-        pass
+    _register_extras()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

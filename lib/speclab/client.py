@@ -709,7 +709,8 @@ class _H1Connection(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
-            self.transport.close()
+            with contextlib.suppress(RuntimeError):  # its event loop may be gone already
+                self.transport.close()
 
 
 class _FastTransport:
@@ -734,6 +735,7 @@ class _FastTransport:
         self._read_timeout_s = read_timeout_s
         self._max_connections = max_connections
         self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[_H1Connection] = []
         self._all: set[_H1Connection] = set()
 
@@ -779,8 +781,15 @@ class _FastTransport:
         on_head: Callable[[int, dict[str, str]], Callable[[bytes, float], None] | None],
     ) -> _Exchange:
         """POST and wait until the whole answer was read; raises on network trouble."""
-        if self._sem is None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or reused under a new asyncio.run()
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+            self._idle.clear()
+            self._loop = loop
             self._sem = asyncio.Semaphore(self._max_connections)
+        assert self._sem is not None
         parts = urlsplit(url)
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         payload = self._request_bytes(path or "/", headers, body)

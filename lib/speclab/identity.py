@@ -105,9 +105,9 @@ def _listening_inodes(port: int) -> set[str]:
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()
-                if len(fields) > 9 and fields[3] == "0A":  # 0A = LISTEN
-                    if int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(fields[9])
+                listening = len(fields) > 9 and fields[3] == "0A"  # 0A = LISTEN
+                if listening and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(fields[9])
     return inodes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import multiprocessing
 import random
 import threading
@@ -460,8 +461,9 @@ def measure_sweep(
                     harness = _level_in_workers(ep, model, config, specs, concurrency, rate, t0,
                                                 appender, stop, seed=level)
                 else:
-                    harness = _run_coroutine(lambda: _level_in_process(
-                        ep, model, config, specs, concurrency, rate, t0, appender, stop, level))
+                    harness = _run_coroutine(functools.partial(
+                        _level_in_process, ep, model, config, specs, concurrency, rate, t0,
+                        appender, stop, level))
             except KeyboardInterrupt:
                 stop.set()
                 raise
@@ -524,3 +526,26 @@ def iter_levels(run_dir: str | Path) -> Iterable[dict[str, Any]]:
     from speclab.runs import read_json
 
     return read_json(Path(run_dir) / SUMMARY_JSON)["levels"]
+
+
+def bench(
+    target: Any,
+    config: SweepConfig,
+    *,
+    name: str = "bench",
+    run_dir: str | Path | None = None,
+    plan: Plan | None = None,
+    progress: bool = True,
+) -> SweepResult:
+    """Serve (or reach) ``target``, sweep it, and record everything in one run folder.
+
+    ``target`` is a :class:`speclab.target.ServerTarget`. The CLI's ``speclab bench`` and
+    the notebooks call this same function.
+    """
+    from speclab.target import serve_target
+
+    params = {"target": target.model_dump(mode="json"), "sweep": config.model_dump(mode="json")}
+    run = Run.create(name, params, kind="bench", run_dir=run_dir)
+    arm = target.option.method
+    with run.recording(), serve_target(target, run) as live:
+        return measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm=arm, progress=progress)

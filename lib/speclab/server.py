@@ -51,8 +51,6 @@ class SpecOption(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> SpecOption:
-        if self.method in ("eagle3", "draft_model") and not self.model:
-            raise ValueError(f"method {self.method!r} needs 'model' (the drafter's path)")
         if self.method == "baseline" and (
             self.num_speculative_tokens or self.model or self.prompt_lookup_min
         ):
@@ -146,6 +144,12 @@ class ServerLaunch(BaseModel):
     profiler_dir: str | None = Field(None, description="absolute dir for torch profiler traces")
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _drafter_given(self) -> ServerLaunch:
+        if self.option.method in ("eagle3", "draft_model") and not self.option.model:
+            raise ValueError(f"option {self.option.method!r} needs 'model' (the drafter's path)")
+        return self
 
     @property
     def endpoint(self) -> Endpoint:
@@ -349,11 +353,9 @@ class ManagedServer:
                 f"The model path {launch.model} does not exist; check the path "
                 "(for the embedded model run `speclab setup`)."
             )
-        if launch.option.model and _looks_like_path(launch.option.model):
-            if not Path(launch.option.model).expanduser().exists():
-                raise SpeclabError(
-                    f"The drafter path {launch.option.model} does not exist; check the path."
-                )
+        drafter = launch.option.model
+        if drafter and _looks_like_path(drafter) and not Path(drafter).expanduser().exists():
+            raise SpeclabError(f"The drafter path {drafter} does not exist; check the path.")
         if launch.python and not Path(launch.python).exists():
             raise SpeclabError(
                 f"The server interpreter {launch.python} does not exist; run `make server-venv` "

@@ -2,9 +2,9 @@
 
 import re
 import subprocess
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ def test_environment_yml_mirrors_pyproject() -> None:
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     assert sorted(p for p in pip if p != "-e .") == sorted(wanted)
     assert "-e ." in pip
-    assert REQUIRED <= {_name(r) for r in project["dependencies"]}
+    assert {_name(r) for r in project["dependencies"]} >= REQUIRED
     assert project["scripts"]["speclab"] == "speclab.cli:main"
     assert "dev" in project["optional-dependencies"]
 

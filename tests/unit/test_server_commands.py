@@ -93,8 +93,13 @@ def test_sglang_suffix_is_refused_clearly() -> None:
         ServerLaunch(engine="sglang", model="/m", option=SpecOption(method="suffix")).command()
 
 
+def test_a_drafter_launch_needs_its_model() -> None:
+    SpecOption(method="eagle3")  # fine as a declaration of what an external server runs
+    with pytest.raises(ValidationError, match="needs 'model'"):
+        ServerLaunch(model="/m", option=SpecOption(method="eagle3"))
+
+
 @pytest.mark.parametrize("bad", [
-    {"method": "eagle3"},
     {"method": "baseline", "num_speculative_tokens": 3},
     {"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 2},
     {"method": "medusa2"},

@@ -1,0 +1,91 @@
+"""The real embedded vLLM (CPU): start, stream, count, stop — baseline and ngram."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from speclab.client import RequestSpec, Sampling, StreamClient
+from speclab.embedded import default_option
+from speclab.metrics import scrape_metrics, spec_decode_info, window
+from speclab.prompts import load_builtin
+from speclab.runs import Run
+from speclab.server import free_port, group_alive
+from speclab.target import ServerTarget, serve_target
+from tests.conftest import no_vllm_running
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_lock")]
+
+
+async def _stream(endpoint, model, prompts) -> list:
+    async with StreamClient(endpoint, model, sampling=Sampling(max_tokens=96)) as client:
+        t0 = time.perf_counter()
+        return [await client.send(RequestSpec(request_id=p.id, prompt_id=p.id, category=p.category,
+                                              messages=list(p.messages)), t0) for p in prompts]
+
+
+@pytest.mark.parametrize("method", ["baseline", "ngram"])
+def test_start_stream_count_stop(method: str) -> None:
+    prompts = load_builtin(["code_editing"])[:3]
+    run = Run.create(f"it-{method}", {}, kind="test")
+    with serve_target(ServerTarget(option=default_option(method)), run) as live:
+        pid = live.managed.pid
+        assert live.identity.load_time_s and live.identity.load_time_s < 240
+        assert live.identity.observed_method == method
+        with httpx.Client() as http:
+            before = scrape_metrics(http, live.endpoint)
+            records = asyncio.run(_stream(live.endpoint, live.model, prompts))
+            after = scrape_metrics(http, live.endpoint)
+        assert all(r.ok for r in records), [r.error for r in records]
+        assert all(r.output_tokens and r.output_tokens_source in ("usage", "continuous_usage") for r in records)
+        counters = window(before, after)
+        # the client's token total is exactly the server's generation-token delta
+        assert counters.d_generation_tokens == sum(r.output_tokens for r in records)
+        assert counters.d_requests == len(records)
+        info = spec_decode_info(after)
+        if method == "baseline":
+            assert not info.enabled
+            assert counters.d_drafts is None and counters.acceptance_rate is None
+        else:
+            assert info.enabled and info.num_positions == 4
+            assert counters.d_accepted_tokens > 0 and counters.acceptance_rate > 0
+            # several tokens per chunk is what speculation looks like from the client
+            assert max(r.tokens_per_chunk_mean for r in records) > 1.0
+    manifest = Run.open(run.path).manifest
+    assert manifest["server"]["launch_command"].count("--enforce-eager") == 1
+    deadline = time.time() + 10
+    while group_alive(pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not group_alive(pid)
+    assert no_vllm_running()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_killing_speclab_serve_leaves_no_vllm(sig: int, tmp_path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "speclab.cli", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    healthy = False
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            healthy = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            healthy = False
+        if healthy:
+            break
+        time.sleep(0.5)
+    assert healthy, proc.stdout.read() if proc.poll() is not None else "never healthy"
+    assert not no_vllm_running()
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    time.sleep(1)
+    assert no_vllm_running(), out
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
