@@ -150,6 +150,7 @@ class RequestRecord:
     text: str = ""
     reasoning_text: str = ""
     token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None  # the prompt as the server tokenised it (chat template applied)
     tags: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -230,6 +231,7 @@ class StreamAccumulator:
         "_r_tokens",
         "_reasoning",
         "_token_ids",
+        "_prompt_ids",
         "_ttfa",
         "done",
         "error",
@@ -255,6 +257,7 @@ class StreamAccumulator:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._token_ids: list[int] | None = None
+        self._prompt_ids: list[int] | None = None
         self._ttfa: float | None = None
         self._finish: str | None = None
         self._final_usage: dict[str, Any] | None = None
@@ -300,6 +303,9 @@ class StreamAccumulator:
             return
         choices = obj.get("choices")
         usage = obj.get("usage")
+        prompt_ids = obj.get("prompt_token_ids")
+        if prompt_ids and self._prompt_ids is None:
+            self._prompt_ids = prompt_ids
         if choices:
             self._on_choice(t, choices[0], usage)
         elif usage:
@@ -384,6 +390,7 @@ class StreamAccumulator:
             text="".join(self._content),
             reasoning_text="".join(self._reasoning),
             token_ids=self._token_ids,
+            prompt_token_ids=self._prompt_ids,
             tags=dict(spec.tags),
         )
         if chunks:

@@ -514,7 +514,7 @@ def write_parquet(run_dir: str | Path) -> Path | None:
     if not rows:
         return None
     frame = pd.DataFrame(rows)
-    for column in ("chunk_offsets_s", "chunk_tokens", "token_ids", "tags"):
+    for column in ("chunk_offsets_s", "chunk_tokens", "token_ids", "prompt_token_ids", "tags", "error_examples"):
         if column in frame:
             frame[column] = frame[column].map(lambda v: orjson.dumps(v).decode() if v is not None else None)
     target = Path(run_dir) / "requests.parquet"
