@@ -109,9 +109,9 @@ _EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
 
 
 def _register_extras() -> None:
-    from speclab import cli_bench
+    from speclab import cli_bench, cli_workbook
 
-    for module in (cli_bench,):
+    for module in (cli_bench, cli_workbook):
         if module.register not in _EXTRA_COMMANDS:
             _EXTRA_COMMANDS.append(module.register)
 

@@ -20,6 +20,13 @@ class SpeclabError(Exception):
             return f"{self.message}\n{self.detail}"
         return self.message
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython/Jupyter show this instead of a traceback: one sentence in notebooks too.
+        lines = [f"speclab: {self.message}"]
+        if self.detail:
+            lines.extend(self.detail.splitlines())
+        return lines
+
 
 def explain_validation_error(exc: Exception, what: str = "parameters") -> SpeclabError:
     """Turn a pydantic ValidationError into one sentence naming the field and the fix."""

@@ -28,7 +28,8 @@ PACKAGES = (
     "speclab", "httpx", "pandas", "numpy", "scipy", "seaborn", "papermill", "pydantic",
     "prometheus-client", "orjson", "uvloop",
 )
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization|bearer)", re.I)
+# Credential-looking names: api_key, hf_token, password... but not max_tokens or output_tokens.
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|authorization|bearer|(^|[_-])token$|^token)", re.I)
 _NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -202,10 +203,10 @@ class Run:
         }
         existing = path / MANIFEST
         if existing.exists():
-            # The runner wrote one already (papermill path): keep its fields, add ours.
+            # The runner wrote one first: keep its start time and extra fields (notebook,
+            # runner, report paths); the notebook's validated params are the complete ones.
             previous = read_json(existing)
-            manifest = {**manifest, **{k: v for k, v in previous.items() if v is not None}}
-            manifest["status"] = "running"
+            manifest = {**previous, **manifest, "started_utc": previous.get("started_utc") or manifest["started_utc"]}
         run = cls(path, manifest)
         run.save()
         return run
@@ -236,8 +237,9 @@ class Run:
         self.save()
 
     @contextlib.contextmanager
-    def recording(self) -> Iterator[Run]:
-        """Finalise as ok, failed (with the error sentence) or interrupted, whatever happens."""
+    def recording(self, finalize_ok: bool = True) -> Iterator[Run]:
+        """Finalise as failed (with the error sentence) or interrupted on an exception, and
+        as ok at the end unless ``finalize_ok`` is False (later steps still belong to the run)."""
         try:
             yield self
         except KeyboardInterrupt:
@@ -248,7 +250,8 @@ class Run:
             self.finalize("failed", message)
             raise
         else:
-            self.finalize("ok")
+            if finalize_ok:
+                self.finalize("ok")
 
 
 def _plain(value: Any) -> Any:

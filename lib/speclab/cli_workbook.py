@@ -1,0 +1,145 @@
+"""``speclab run`` (one notebook through papermill) and ``speclab demo`` (the whole workbook)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from speclab.errors import SpeclabError
+from speclab.params import NOTEBOOK_PARAMS, load_params_file, parse_override
+from speclab.runs import Run, new_run_dir
+
+# The demo's sequence on the embedded default: (notebook, params file, label).
+DEMO_SEQUENCE = (
+    ("00-profile", "params/00-profile/default.yaml"),
+    ("01-baseline", "params/01-baseline/default.yaml"),
+    ("02-ngram", "params/02-ngram/default.yaml"),
+    ("02-ngram", "params/02-ngram/suffix.yaml"),
+    ("05-report", "params/05-report/default.yaml"),
+)
+
+
+def notebook_path(name: str) -> Path:
+    """notebooks/<name>.ipynb of the checkout, with one clear sentence when absent."""
+    from speclab.embedded import repo_root
+
+    folder = repo_root() / "notebooks"
+    path = folder / f"{name.removesuffix('.ipynb')}.ipynb"
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.ipynb")))
+        raise SpeclabError(f"No notebook {name!r} in {folder}; choose one of: {known}.")
+    return path
+
+
+def merge_params(notebook: str, files: list[str], overrides: list[str]) -> tuple[dict[str, Any], str]:
+    """Params from YAML files (in order) then key=value overrides, validated before anything runs."""
+    merged: dict[str, Any] = {}
+    label = ""
+    for item in files:
+        merged.update(load_params_file(item))
+        label = label or Path(item).stem
+    for item in overrides:
+        key, value = parse_override(item)
+        merged[key] = value
+    model = NOTEBOOK_PARAMS.get(notebook)
+    if model is not None:
+        model.validate_values(merged)
+    return merged, label or "default"
+
+
+def export_html(notebook_file: Path, html_file: Path) -> Path:
+    """A code-free HTML report (no input cells, images embedded) from an executed notebook."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
+    body, _ = exporter.from_notebook_node(nbformat.read(notebook_file, as_version=4))
+    html_file.write_text(body)
+    return html_file
+
+
+def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
+                 outputs_root: str | None = None, progress: bool = False) -> Path:
+    """Execute one notebook into a new dated run folder; return the folder.
+
+    The folder holds notebook.ipynb (executed), report.html and manifest.json. A notebook
+    that fails still leaves its partial notebook, its HTML and every measured record.
+    """
+    import papermill
+
+    source = notebook_path(notebook)
+    params, label = merge_params(source.stem, files, overrides)
+    if outputs_root:
+        params.setdefault("outputs_root", outputs_root)
+    run_dir = new_run_dir(f"{source.stem}-{label}", params.get("outputs_root"))
+    params["run_dir"] = str(run_dir)
+    params.setdefault("interactive", False)
+    run = Run.create(source.stem, params, kind=source.stem, run_dir=run_dir)
+    run.update(notebook=str(source), runner="speclab run", params_files=files, overrides=overrides)
+    executed = run_dir / "notebook.ipynb"
+    error: str | None = None
+    try:
+        papermill.execute_notebook(str(source), str(executed), parameters=params, progress_bar=progress,
+                                   cwd=str(source.parent), kernel_name="python3")
+    except papermill.PapermillExecutionError as exc:
+        error = str(exc.evalue).strip().splitlines()[0] if exc.evalue else exc.ename
+    except KeyboardInterrupt:
+        Run.open(run_dir).finalize("interrupted", "interrupted by the user")
+        raise
+    html = export_html(executed, run_dir / "report.html") if executed.exists() else None
+    final = Run.open(run_dir)
+    final.manifest["report_html"] = str(html) if html else None
+    if error:
+        final.finalize("failed", error)
+        raise SpeclabError(f"{source.stem} stopped: {error} (partial notebook, HTML and data in {run_dir})")
+    if final.manifest.get("status") != "ok":
+        final.finalize("ok")
+    else:
+        final.save()
+    return run_dir
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    files = [p for p in args.params if p.endswith((".yaml", ".yml"))]
+    overrides = [p for p in args.params if not p.endswith((".yaml", ".yml"))]
+    run_dir = run_notebook(args.notebook, files, overrides, outputs_root=args.outputs)
+    print(f"notebook: {run_dir / 'notebook.ipynb'}")
+    print(f"report:   {run_dir / 'report.html'}")
+    return 0
+
+
+def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = ()) -> Path:
+    """The whole workbook on the embedded default; returns the final report's run folder."""
+    from speclab.embedded import repo_root
+
+    last: Path | None = None
+    for notebook, params_file in DEMO_SEQUENCE:
+        if notebook in skip or not (repo_root() / "notebooks" / f"{notebook}.ipynb").exists():
+            continue
+        print(f"speclab demo: {notebook} with {params_file} ...", flush=True)
+        last = run_notebook(notebook, [str(repo_root() / params_file)], [], outputs_root=outputs_root)
+        print(f"  -> {last}", flush=True)
+    if last is None:
+        raise SpeclabError("The demo found no notebooks to run; check the notebooks/ folder.")
+    return last
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    final = run_demo(args.outputs, tuple(args.skip or ()))
+    print(f"\nreport: {final / 'report.html'}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="execute one notebook with papermill into a dated run folder + HTML")
+    p.add_argument("notebook", help="e.g. 01-baseline")
+    p.add_argument("-p", "--params", action="append", default=[],
+                   help="a params YAML file, or key=value (repeatable; later wins)")
+    p.add_argument("--outputs", default=None, help="outputs root (default: outputs/)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="run the whole workbook on the embedded server; prints the report path")
+    p.add_argument("--outputs", default=None, help="outputs root (default: outputs/)")
+    p.add_argument("--skip", action="append", help="notebook to skip (repeatable)")
+    p.set_defaults(func=cmd_demo)

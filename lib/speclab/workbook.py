@@ -1,0 +1,180 @@
+"""What the notebooks call: one function per notebook step, so notebooks stay thin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from speclab.errors import SpeclabError
+from speclab.identity import ServerIdentity
+from speclab.loadgen import Plan, SweepResult, measure_sweep
+from speclab.params import BaselineParams, SpecParams
+from speclab.results import RunData, latest_run, load_run
+from speclab.runs import Run
+from speclab.server import SpecOption
+from speclab.target import serve_target
+
+
+def start_run(params: Any, kind: str) -> Run:
+    """The run folder for this notebook execution; the manifest is written at once."""
+    return Run.create(kind, params.model_dump(mode="json"), kind=kind,
+                      run_dir=params.run_dir, outputs_root=params.outputs_root)
+
+
+def identity_table(identity: ServerIdentity | dict[str, Any] | None) -> pd.DataFrame:
+    """The server's identity as a two-column table."""
+    if identity is None:
+        return pd.DataFrame(columns=["field", "value"])
+    ident = identity if isinstance(identity, ServerIdentity) else ServerIdentity.model_validate(identity)
+    rows = ident.summary_rows() + [("notes", "; ".join(ident.notes) or "-")]
+    return pd.DataFrame(rows, columns=["field", "value"])
+
+
+def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity]:
+    """Start/reach the server with speculation off and sweep it; data lands in the run folder."""
+    target = params.target(SpecOption())
+    config = params.sweep(params.api_key_env)
+    with serve_target(target, run) as live:
+        result = measure_sweep(live.endpoint, live.model, config, run, arm="baseline", progress=progress)
+        return result, live.identity
+
+
+def resolve_baseline(baseline_run: str | None, outputs_root: str | None) -> Path:
+    """The baseline run folder to compare against (the latest finished 01-baseline if None)."""
+    if baseline_run:
+        path = Path(baseline_run)
+        if not (path / "plan.json").exists():
+            raise SpeclabError(f"{path} is not a finished 01-baseline run (no plan.json); check baseline_run.")
+        return path
+    return latest_run("01-baseline", outputs_root)
+
+
+def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity, Path]:
+    """Rerun exactly the baseline's prompts and sweep with the option on."""
+    baseline_dir = resolve_baseline(params.baseline_run, params.outputs_root)
+    baseline_params = BaselineParams.validate_values(
+        {k: v for k, v in (load_run(baseline_dir).manifest.get("params") or {}).items()
+         if k in BaselineParams.model_fields})
+    plan = Plan.load(baseline_dir)
+    config = baseline_params.sweep(params.api_key_env)
+    dtype = params.dtype if params.dtype else baseline_params.dtype
+    option = params.option()
+    target = params.model_copy(update={"dtype": dtype}).target(option)
+    run.update(baseline_run=str(baseline_dir), method=params.method)
+    with serve_target(target, run) as live:
+        result = measure_sweep(live.endpoint, live.model, config, run, plan=plan,
+                               arm=params.method, progress=progress)
+        return result, live.identity, baseline_dir
+
+
+def levels_table(run: RunData) -> pd.DataFrame:
+    """One row per level with the summary.json contract keys most readers want."""
+    if run.levels.empty:
+        return pd.DataFrame()
+    cols = ["arm", "concurrency", "rate", "repeat", "requests", "errors", "output_tokens",
+            "duration_s", "output_tok_s", "ttft_s_median", "ttft_s_p99", "tpot_s_median",
+            "tpot_s_p99", "e2e_s_median", "tokens_per_chunk_mean", "acceptance_rate",
+            "mean_acceptance_length", "server_tpot_s_mean", "server_ttft_s_mean", "foreign_traffic"]
+    return run.levels[[c for c in cols if c in run.levels]]
+
+
+def acceptance_table(run: RunData) -> pd.DataFrame:
+    """Per level: acceptance rate, mean acceptance length and per-position rates (counter deltas)."""
+    if run.levels.empty:
+        return pd.DataFrame()
+    rows = []
+    for level in run.levels.to_dict("records"):
+        row = {"concurrency": level.get("concurrency"), "repeat": level.get("repeat"),
+               "acceptance_rate": level.get("acceptance_rate"),
+               "mean_acceptance_length": level.get("mean_acceptance_length"),
+               "tokens_per_chunk_mean": level.get("tokens_per_chunk_mean")}
+        for i, rate in enumerate(level.get("per_position_acceptance") or []):
+            row[f"position_{i}_rate"] = rate
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def category_table(run: RunData) -> pd.DataFrame:
+    """Per category x concurrency: requests, per-request tok/s, median TPOT/TTFT, tokens per chunk."""
+    frame = run.requests
+    if frame.empty:
+        return pd.DataFrame()
+    ok = frame[frame["ok"].astype(bool)].copy()
+    ok["tok_s_per_request"] = ok["output_tokens"] / ok["e2e_s"]
+    grouped = ok.groupby(["category", "concurrency"])
+    table = grouped.agg(
+        requests=("prompt_id", "count"),
+        output_tokens_mean=("output_tokens", "mean"),
+        tok_s_per_request=("tok_s_per_request", "median"),
+        tpot_s_median=("tpot_s", "median"),
+        ttft_s_median=("ttft_s", "median"),
+        tokens_per_chunk_mean=("tokens_per_chunk_mean", "mean"),
+    ).reset_index()
+    return table
+
+
+def caveats(runs: list[RunData]) -> list[str]:
+    """Everything that should make a reader doubt a number, detected from the data."""
+    notes: list[str] = []
+    for run in runs:
+        name = f"{run.label} ({run.path.name})"
+        params = run.manifest.get("params") or {}
+        if run.manifest.get("status") != "ok":
+            notes.append(f"{name}: the run ended with status {run.manifest.get('status')!r}: "
+                         f"{run.manifest.get('error') or 'no error recorded'}.")
+        if not run.levels.empty:
+            if "foreign_traffic" in run.levels and run.levels["foreign_traffic"].fillna(False).astype(bool).any():
+                notes.append(f"{name}: the server counted more requests/tokens than speclab sent "
+                             "(foreign traffic): its counter-based figures include someone else's load.")
+            errors = int(run.levels["errors"].sum()) if "errors" in run.levels else 0
+            if errors:
+                notes.append(f"{name}: {errors} request(s) failed; they are excluded from every figure.")
+            for level in run.levels.to_dict("records"):
+                lag = (level.get("harness") or {}).get("p99_s") or (level.get("harness") or {}).get("lag_p99_s")
+                tpot = level.get("tpot_s_median")
+                if lag and tpot and lag > tpot:
+                    notes.append(f"{name}: at concurrency {level.get('concurrency')} the client's event loop "
+                                 f"lagged {lag * 1e3:.1f} ms (p99), more than the median TPOT: "
+                                 "raise workers.")
+        temperature = params.get("temperature")
+        if temperature not in (None, 0, 0.0):
+            notes.append(f"{name}: temperature {temperature}: outputs are sampled, so arms are not lossless pairs.")
+        if params.get("ignore_eos"):
+            notes.append(f"{name}: ignore_eos is on: acceptance on forced continuations is not representative.")
+        dtype = (run.server or {}).get("dtype")
+        if dtype and "bfloat16" in str(dtype):
+            notes.append(f"{name}: served in bf16: batched verification may change greedy outputs slightly.")
+        plan = run.path / "plan.json"
+        if plan.exists():
+            import json
+
+            if json.loads(plan.read_text()).get("reused_prompts"):
+                notes.append(f"{name}: some prompts were reused across levels: prefix/suffix caches may flatter repeats.")
+        for note in (run.server or {}).get("notes") or []:
+            if "declared" in note:
+                notes.append(f"{name}: {note}")
+    return notes
+
+
+def stack_levels(runs: list[RunData]) -> pd.DataFrame:
+    """Levels of several runs in one long table (``arm`` tells them apart)."""
+    frames = [r.levels.assign(arm=r.label, run=r.path.name) for r in runs if not r.levels.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def stack_requests(runs: list[RunData]) -> pd.DataFrame:
+    """Requests of several runs in one long table (``arm`` tells them apart)."""
+    frames = [r.requests.assign(arm=r.label, run=r.path.name) for r in runs if not r.requests.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def predictions_for_baseline(data: RunData, methods: list[str], k: int) -> pd.DataFrame:
+    """Predicted acceptance and tok/s per category x concurrency for each option (TEMPORARY)."""
+    return pd.DataFrame({"note": ["predictor not wired in yet"]})
+
+
+def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
+    """Predicted vs measured speedup per category x concurrency (TEMPORARY)."""
+    return pd.DataFrame({"note": ["predictor not wired in yet"]})
