@@ -117,14 +117,14 @@ def losslessness(baseline: pd.DataFrame, treatment: pd.DataFrame) -> pd.DataFram
         a, b = getattr(row, "token_ids_base", None), getattr(row, "token_ids_treat", None)
         if isinstance(a, list) and isinstance(b, list):
             same = a == b
-            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
             if first is None and not same:
                 first = min(len(a), len(b))
             compared = "token_ids"
         else:
             same = row.text_base == row.text_treat
             first = None if same else next(
-                (i for i, (x, y) in enumerate(zip(row.text_base, row.text_treat)) if x != y),
+                (i for i, (x, y) in enumerate(zip(row.text_base, row.text_treat, strict=False)) if x != y),
                 min(len(row.text_base), len(row.text_treat)))
             compared = "text"
         rows.append({"concurrency": row.concurrency, "repeat": row.repeat, "prompt_id": row.prompt_id,
