@@ -8,6 +8,7 @@ identity in the run's manifest.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,9 @@ def serve_target(target: ServerTarget, run: Run | None = None, log_dir: Path | N
         return
 
     launch = _launch_for(target)
-    logs = log_dir or (run.path if run is not None else Path.cwd())
+    # Never litter the working directory: without a run, logs go to the temp folder.
+    logs = log_dir or (run.path if run is not None else Path(tempfile.gettempdir()) / "speclab-logs")
+    Path(logs).mkdir(parents=True, exist_ok=True)
     log_path = Path(logs) / f"server-{target.option.method}.log"
     with ManagedServer(launch, log_path, health_timeout_s=target.health_timeout_s) as server:
         identity = probe_server(server.endpoint)
