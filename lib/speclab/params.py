@@ -135,7 +135,37 @@ class ReportParams(_NotebookParams):
     bootstrap_resamples: int = Field(2000, ge=100)
 
 
+class ProfileNotebookParams(_ServerParams):
+    """00-profile: where decode time goes, from a real profiler trace."""
+
+    notebook: ClassVar[str] = "00-profile"
+    option: Literal["baseline", "ngram", "suffix"] = Field("baseline", description="option running while profiled")
+    k: int = Field(4, ge=1, le=32, description="num_speculative_tokens when option is not baseline")
+    traces: str | None = Field(None, description="analyse these existing traces (folder/file) instead of capturing")
+    trace_dir: str | None = Field(None, description="external: where the server writes traces, as seen from here")
+    expect_traces: int = Field(1, ge=1, description="trace files to wait for (one per rank)")
+    window_s: float = Field(4.0, gt=0, description="profiled window of steady decode, seconds")
+    concurrency: int = Field(4, ge=1, description="requests in flight during the window")
+    max_tokens: int = Field(384, ge=16, description="output tokens per request (long, EOS ignored)")
+    rounds: int = Field(2, ge=1, description="waves of requests, so the window sees steady decode")
+    buckets: list[dict[str, Any]] | None = Field(None, description="ordered {name, pattern} rules (None: defaults)")
+
+    @model_validator(mode="after")
+    def _external_needs_a_trace_dir(self) -> Any:
+        if self.mode == "external" and not (self.traces or self.trace_dir):
+            raise ValueError("mode 'external' needs 'trace_dir' (where the server writes traces) or 'traces'")
+        return self
+
+    def option_spec(self) -> SpecOption:
+        if self.option == "ngram":
+            return SpecOption(method="ngram", num_speculative_tokens=self.k, prompt_lookup_min=2, prompt_lookup_max=4)
+        if self.option == "suffix":
+            return SpecOption(method="suffix", num_speculative_tokens=self.k)
+        return SpecOption()
+
+
 NOTEBOOK_PARAMS: dict[str, type[_NotebookParams]] = {
+    "00-profile": ProfileNotebookParams,
     "01-baseline": BaselineParams,
     "02-ngram": SpecParams,
     "05-report": ReportParams,

@@ -178,3 +178,30 @@ def predictions_for_baseline(data: RunData, methods: list[str], k: int) -> pd.Da
 def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
     """Predicted vs measured speedup per category x concurrency (TEMPORARY)."""
     return pd.DataFrame({"note": ["predictor not wired in yet"]})
+
+
+def run_profile(params: Any, run: Run) -> tuple[Any, Any, ServerIdentity | None]:
+    """Capture a profile under steady decode (or take given traces) and analyse it.
+
+    Returns (capture result or None, ProfileReport, server identity or None).
+    """
+    from speclab.profile import ProfileParams, analyse_profile
+    from speclab.profile_capture import capture_profile
+
+    profile_params = ProfileParams(**({"buckets": params.buckets} if params.buckets else {}))
+    if params.traces:
+        report = analyse_profile(params.traces, profile_params)
+        report.save(run.path)
+        return None, report, None
+    target = params.target(params.option_spec())
+    if params.mode == "embedded":
+        target = target.model_copy(update={"profiler_dir": str((run.path / "profiler-raw").resolve())})
+    with serve_target(target, run) as live:
+        capture = capture_profile(
+            live, run, window_s=params.window_s, concurrency=params.concurrency,
+            max_tokens=params.max_tokens, rounds=params.rounds, trace_dir=params.trace_dir,
+            expect_traces=params.expect_traces)
+        identity = live.identity
+    report = analyse_profile(capture.traces, profile_params)
+    report.save(run.path)
+    return capture, report, identity

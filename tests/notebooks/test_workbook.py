@@ -80,3 +80,22 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
          f"--screenshot={shot}", (report / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120, check=True)
     assert shot.exists() and shot.stat().st_size > 20_000
+
+
+@pytest.mark.integration
+@pytest.mark.notebook
+@pytest.mark.usefixtures("vllm_lock")
+def test_profile_notebook_captures_and_buckets_a_real_trace(tmp_path: Path) -> None:
+    folder = run_notebook("00-profile", [str(ROOT / "params/00-profile/smoke.yaml")], [],
+                          outputs_root=str(tmp_path))
+    assert Run.open(folder).manifest["status"] == "ok"
+    assert list((folder / "traces").glob("*.pt.trace.json*"))
+    import pandas as pd
+
+    summary = pd.read_parquet(folder / "profile_summary.parquet")
+    decode = summary[summary["step_kind"] == "decode"]
+    assert not decode.empty
+    # on this CPU server oneDNN GEMMs dominate decode (embedded-vllm.md)
+    top = decode.sort_values("share", ascending=False).iloc[0]
+    assert top["bucket"] == "dense_gemm", decode.sort_values("share", ascending=False).head()
+    assert _errors(folder / "notebook.ipynb") == []
