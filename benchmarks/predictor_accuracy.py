@@ -1,0 +1,155 @@
+"""How well does speclab predict a speculative option's speedup before it is run?
+
+On the embedded vLLM (SmolLM2-135M on the CPU):
+
+1. Baseline server: a calibration plan on CALIBRATION prompts (the first
+   ``--calibration-prompts`` of every category; one level per category at the lowest
+   concurrency, mixed levels above) and a mixed sweep on TEST prompts (the other prompts
+   of every category; disjoint ids), at the same concurrencies.
+2. Predict, before any speculative server exists, per category x concurrency for the test
+   prompts: n-gram (and suffix) acceptance from replaying the baseline's greedy outputs;
+   step times from the baseline's own levels plus the verify cost. The verify cost is fitted
+   on the calibration prompts only, so it has to wait for step 3's first half; the
+   predictions are written (``predicted-*.csv``) before the test prompts are run
+   speculatively.
+3. n-gram server: the calibration plan (-> verify-cost fit -> predictions), then the test
+   sweep. Suffix server: the test sweep.
+4. Predicted vs measured decode speedup (TPOT_baseline / TPOT_spec) per category x
+   concurrency, and the error. Target: within 10 %.
+
+Run: ``flock /tmp/speclab-vllm.lock .venv/bin/python benchmarks/predictor_accuracy.py``
+(about 7 minutes; ``--options ngram`` for about 5). Results in a run folder under outputs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from speclab.embedded import default_option
+from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
+from speclab.predict import (
+    calibrate_from_runs,
+    compare_predicted_measured,
+    compare_replay_with_server,
+    plan_per_category,
+    predict_from_baseline,
+)
+from speclab.prompts import load_builtin
+from speclab.runs import Run
+from speclab.target import ServerTarget, serve_target
+
+
+def split_prompts(n_calibration: int):
+    """Calibration: the first n prompts of each category; test: the rest (disjoint)."""
+    calibration, test = [], []
+    seen: dict[str, int] = {}
+    for prompt in load_builtin():
+        index = seen.get(prompt.category, 0)
+        seen[prompt.category] = index + 1
+        (calibration if index < n_calibration else test).append(prompt)
+    return calibration, test
+
+
+def sweep(live, config: SweepConfig, plan, parent: Path, name: str, arm: str, params: dict) -> Path:
+    run = Run.create(name, params, kind="predictor-accuracy", run_dir=parent / name)
+    run.set_server(live.identity)
+    with run.recording():
+        measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm=arm, progress=False)
+    return run.path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--options", default="ngram,suffix")
+    parser.add_argument("--calibration-prompts", type=int, default=6, help="per category, for calibration")
+    parser.add_argument("--test-per-category", type=int, default=2)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    options = [default_option(name) for name in args.options.split(",")]
+    calibration_pool, test_pool = split_prompts(args.calibration_prompts)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    # Calibrate at the concurrencies predicted: one level per category at the lowest (a
+    # spread of draft tokens per step), mixed levels above it (full batches).
+    calib_config = SweepConfig(concurrency=levels, per_category=args.test_per_category,
+                               max_tokens=args.max_tokens, warmup_requests=1)
+    test_config = SweepConfig(concurrency=levels, per_category=args.test_per_category,
+                              max_tokens=args.max_tokens, warmup_requests=1)
+    calib_plan = plan_per_category(calib_config, calibration_pool, split_concurrency=levels[:1])
+    test_plan = plan_sweep(test_config, test_pool)
+    assert not set(calib_plan.prompts) & set(test_plan.prompts), "calibration and test prompts overlap"
+    params = {"dtype": args.dtype, "calibration": calib_config.model_dump(mode="json"),
+              "test": test_config.model_dump(mode="json"), "options": [o.label for o in options]}
+    parent = Run.create("predictor-accuracy", params, kind="benchmark")
+    out = parent.path
+    print(f"run folder: {out}")
+    print(f"calibration prompts: {len(calib_plan.prompts)}; test prompts: {len(test_plan.prompts)} "
+          "(every category, disjoint ids)")
+
+    with parent.recording():
+        with serve_target(ServerTarget(dtype=args.dtype), parent) as live:
+            calib_base = sweep(live, calib_config, calib_plan, out, "calibration-baseline", "baseline", params)
+            test_base = sweep(live, test_config, test_plan, out, "test-baseline", "baseline", params)
+        print(f"[{time.perf_counter() - started:.0f} s] baseline done")
+
+        spec_runs: dict[str, Path] = {}
+        predictions: dict[str, pd.DataFrame] = {}
+        model = None
+        for option in options:
+            target = ServerTarget(dtype=args.dtype, option=option)
+            with serve_target(target) as live:
+                if model is None:
+                    # The verify cost comes from the calibration prompts only.
+                    calib_spec = sweep(live, calib_config, calib_plan, out, f"calibration-{option.method}",
+                                       option.method, params)
+                    model = calibrate_from_runs(calib_base, calib_spec)
+                    print("verify cost:", model.describe())
+                    print(model.points[["level", "concurrency", "batch", "extra_tokens", "step_s",
+                                        "baseline_step_s", "residual_ms"]].round(4).to_string(index=False))
+                # Predict for the test prompts before measuring them with this option.
+                prediction = predict_from_baseline(test_base, option, model, batch_mix="level")
+                prediction.to_csv(out / f"predicted-{option.method}.csv", index=False)
+                predictions[option.method] = prediction
+                spec_runs[option.method] = sweep(live, test_config, test_plan, out, f"test-{option.method}",
+                                                 option.method, params)
+            print(f"[{time.perf_counter() - started:.0f} s] {option.label} done")
+
+    pd.set_option("display.width", 200)
+    tables = []
+    for option in options:
+        table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
+        tables.append(table)
+        counters = compare_replay_with_server(test_base, spec_runs[option.method], option=option)
+        print(f"\n== {option.label}: replayed vs server counters (test prompts)")
+        print(counters[["level", "concurrency", "outputs_identical", "replay_drafts", "server_drafts",
+                        "replay_draft_tokens", "server_draft_tokens", "replay_accepted", "server_accepted",
+                        "replay_acceptance_rate", "server_acceptance_rate"]].round(3).to_string(index=False))
+        print(f"\n== {option.label}: predicted vs measured decode speedup (test prompts, out-of-sample)")
+        print(table[["category", "concurrency", "predicted_acceptance_rate", "measured_acceptance_rate",
+                     "predicted_speedup", "measured_speedup", "error_pct"]].round(3).to_string(index=False))
+    result = pd.concat(tables, ignore_index=True)
+    result.to_csv(out / "predicted-vs-measured.csv", index=False)
+    errors = result["error_pct"].abs()
+    cells = result[result["category"] != "all"]
+    print("\n== summary")
+    for option, group in result.groupby("option"):
+        err = group["error_pct"].abs()
+        cat = group[group["category"] != "all"]["error_pct"].abs()
+        print(f"{option}: |error| median {err.median():.1f} %, max {err.max():.1f} %; "
+              f"category cells within 10 %: {(cat <= 10).sum()}/{len(cat)}; "
+              f"'all' rows: {', '.join(f'{e:+.1f} %' for e in group[group['category'] == 'all']['error_pct'])}")
+    print(f"all options: |error| median {errors.median():.1f} %, within 10 %: "
+          f"{(cells['error_pct'].abs() <= 10).sum()}/{len(cells)} category cells")
+    print(f"took {time.perf_counter() - started:.0f} s; tables in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,533 @@
+"""Predict a speculative option's effect from a baseline run, and check predictions.
+
+The notebook-facing layer over :mod:`speclab.replay` (what would be accepted) and
+:mod:`speclab.costmodel` (what a speculative step costs):
+
+* :func:`predict_from_baseline`: category x concurrency, predicted acceptance, tok/s,
+  speedup and break-even, from a baseline run folder alone plus a calibrated cost model.
+* :func:`measure_verify_cost`: the calibration measurement (a baseline and a speculative
+  run of the same per-category plan against real servers) and its fit.
+* :func:`compare_predicted_measured`: predicted vs measured speedup per category x
+  concurrency once the option has been run; :func:`compare_replay_with_server`: replayed
+  vs server counter deltas per level.
+* :func:`restart_payback`: hours until a restart for the option pays for itself.
+
+Speedup is per stream, from decode time: ``TPOT_baseline / TPOT_spec`` with
+``TPOT = sum(e2e - ttft) / sum(output_tokens - 1)`` over a group's requests (TTFT is
+prefill, which speculation does not change).
+
+In a notebook::
+
+    cal = measure_verify_cost(ServerTarget(option=default_option("ngram")),
+                              SweepConfig(concurrency=[1, 4, 8], per_category=2, max_tokens=128),
+                              prompts=calibration_prompts, split_concurrency=[1])
+    predict_from_baseline(baseline_run_dir, default_option("suffix"), cal.model)
+    compare_predicted_measured(baseline_run_dir, ngram_run_dir, cost_model=cal.model)
+    restart_payback(prediction, [{"concurrency": 4, "hours_per_day": 8}], baseline_run_dir=...)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from speclab.costmodel import (
+    CalibratedStepTime,
+    TrafficSlice,
+    fit_step_time,
+    payback_hours,
+)
+from speclab.errors import SpeclabError
+from speclab.replay import ReplayResult, baseline_requests, replay_option
+from speclab.server import SpecOption
+
+__all__ = [
+    "VerifyCostCalibration",
+    "best_k_from_baseline",
+    "calibrate_from_runs",
+    "compare_predicted_measured",
+    "compare_replay_with_server",
+    "level_timings",
+    "measure_verify_cost",
+    "plan_per_category",
+    "predict_from_baseline",
+    "restart_payback",
+    "run_option",
+    "spec_level_points",
+]
+
+
+# --------------------------------------------------------------------------- run readers
+
+
+def _requests(run_dir: str | Path) -> pd.DataFrame:
+    from speclab.loadgen import read_records
+
+    frame = pd.DataFrame(read_records(run_dir))
+    if frame.empty:
+        raise SpeclabError(f"{run_dir} holds no requests; choose a finished run folder.")
+    frame = frame[frame["ok"].fillna(False).astype(bool)].copy()
+    frame["decode_s"] = frame["e2e_s"] - frame["ttft_s"]
+    frame["decode_tokens"] = frame["output_tokens"] - 1
+    return frame[frame["decode_tokens"] > 0]
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    order = np.argsort(starts)
+    total, cur_start, cur_end = 0.0, None, None
+    for s, e in zip(starts[order], ends[order], strict=True):
+        if cur_end is None or s > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def _effective_batch(group: pd.DataFrame) -> float:
+    """Mean number of requests decoding while any is (time-weighted)."""
+    starts = (group["send_time_s"] + group["ttft_s"]).to_numpy(float)
+    ends = (group["send_time_s"] + group["e2e_s"]).to_numpy(float)
+    span = _union_length(starts, ends)
+    return float(group["decode_s"].sum() / span) if span > 0 else 1.0
+
+
+def level_timings(run_dir: str | Path, by_category: bool = False) -> pd.DataFrame:
+    """Per level (and category): requests, decode time, TPOT and the effective batch.
+
+    ``tpot_s`` = sum(e2e - ttft) / sum(output_tokens - 1): the decode step time of a
+    baseline run, the per-token time of a speculative one. ``batch`` is the level's
+    effective batch (requests decoding at once, time-weighted), the same for every
+    category of a level.
+    """
+    frame = _requests(run_dir)
+    rows = []
+    for (level, concurrency), group in frame.groupby(["level", "concurrency"], sort=True):
+        batch = _effective_batch(group)
+        parts = group.groupby("category") if by_category else [("all", group)]
+        for category, part in parts:
+            rows.append({
+                "level": int(level), "concurrency": int(concurrency), "category": category,
+                "requests": len(part), "output_tokens": int(part["output_tokens"].sum()),
+                "decode_tokens": int(part["decode_tokens"].sum()), "decode_s": float(part["decode_s"].sum()),
+                "tpot_s": float(part["decode_s"].sum() / part["decode_tokens"].sum()),
+                "batch": batch,
+            })
+    return pd.DataFrame(rows)
+
+
+def _summary_levels(run_dir: str | Path) -> dict[int, dict[str, Any]]:
+    from speclab.loadgen import iter_levels
+
+    return {int(lv["level"]): lv for lv in iter_levels(run_dir)}
+
+
+def run_option(run_dir: str | Path) -> SpecOption:
+    """The speculative option a run was made with (its manifest's params)."""
+    from speclab.runs import read_json
+
+    manifest = read_json(Path(run_dir) / "manifest.json")
+    params = manifest.get("params") or {}
+    option = dict((params.get("target") or {}).get("option") or params.get("option") or {})
+    if not option:
+        raise SpeclabError(f"{run_dir}'s manifest names no option; pass the SpecOption explicitly.")
+    if "<redacted>" in option.values():
+        # Older manifests redacted 'num_speculative_tokens'; the launch command keeps it.
+        server = manifest.get("server") or {}
+        argv = server.get("cmdline") or []
+        launched = {}
+        if "--speculative-config" in argv:
+            launched = json.loads(argv[argv.index("--speculative-config") + 1])
+        for key, value in list(option.items()):
+            if value == "<redacted>":
+                option[key] = launched.get(key, server.get("spec_positions") if key == "num_speculative_tokens" else None)
+    return SpecOption(**option)
+
+
+def _load_time_s(run_dir: str | Path) -> float | None:
+    from speclab.runs import read_json
+
+    server = read_json(Path(run_dir) / "manifest.json").get("server") or {}
+    value = server.get("load_time_s")
+    return float(value) if value else None
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def spec_level_points(baseline_run_dir: str | Path, spec_run_dir: str | Path) -> pd.DataFrame:
+    """Per level of a speculative run: verified tokens per sequence per step and step time.
+
+    From the server's counter deltas for the level: steps = sum(output_tokens - 1) -
+    d_accepted (each decode step emits 1 + accepted tokens), verified tokens per sequence
+    per step = 1 + d_draft_tokens / steps, step time = decode time / steps. The baseline
+    run of the same plan gives the same level's baseline step time.
+    """
+    spec = level_timings(spec_run_dir)
+    base = level_timings(baseline_run_dir).set_index("level")
+    counters = _summary_levels(spec_run_dir)
+    rows = []
+    for row in spec.to_dict("records"):
+        level = row["level"]
+        server = (counters.get(level) or {}).get("server_counters") or {}
+        drafts, draft_tokens, accepted = (server.get(k) for k in ("d_drafts", "d_draft_tokens", "d_accepted_tokens"))
+        if draft_tokens is None or accepted is None or level not in base.index:
+            continue
+        steps = row["decode_tokens"] - accepted
+        if steps <= 0:
+            continue
+        rows.append({
+            "level": level, "concurrency": row["concurrency"], "batch": row["batch"],
+            "verified_tokens_per_seq": 1.0 + draft_tokens / steps,
+            "tokens_per_step": row["decode_tokens"] / steps,
+            "steps": steps, "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+            "step_s": row["decode_s"] / steps,
+            "baseline_step_s": float(base.loc[level, "tpot_s"]),
+            "baseline_batch": float(base.loc[level, "batch"]),
+        })
+    if not rows:
+        raise SpeclabError(
+            f"{spec_run_dir} has no level with speculative counters; run the calibration with a "
+            "speculative option on a server that exposes /metrics."
+        )
+    return pd.DataFrame(rows)
+
+
+def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path) -> CalibratedStepTime:
+    """The step-time model from a baseline run and a speculative run of the same plan."""
+    base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})
+    points = spec_level_points(baseline_run_dir, spec_run_dir)
+    source = f"fit: {Path(baseline_run_dir).name} + {Path(spec_run_dir).name}"
+    return fit_step_time(base[["batch", "step_s"]], points, source=source)
+
+
+def plan_per_category(
+    config: Any, prompts: Sequence[Any] | None = None, split_concurrency: Sequence[int] | None = None
+) -> Any:
+    """A sweep plan where every level holds one category (levels: concurrency x repeat x
+    category), so a speculative run's counter deltas are per category.
+
+    ``split_concurrency``: only levels at these concurrencies are split (default: all);
+    the others keep their mix of categories, and so fill their batch.
+    """
+    from speclab.loadgen import Plan, PlannedRequest, plan_sweep
+
+    plan = plan_sweep(config, list(prompts) if prompts is not None else None)
+    requests: list[PlannedRequest] = []
+    level = -1
+    for old_level, concurrency, *_ in plan.levels():
+        by_cat: dict[str, list[PlannedRequest]] = {}
+        for r in plan.for_level(old_level):
+            key = r.category if split_concurrency is None or concurrency in split_concurrency else "mix"
+            by_cat.setdefault(key, []).append(r)
+        for items in by_cat.values():
+            level += 1
+            requests.extend(PlannedRequest(**{**r.__dict__, "level": level}) for r in items)
+    return Plan(requests, plan.prompts, plan.reused_prompts)
+
+
+@dataclass
+class VerifyCostCalibration:
+    """What :func:`measure_verify_cost` measured and fitted."""
+
+    model: CalibratedStepTime
+    baseline_run: Path
+    spec_run: Path
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def measure_verify_cost(
+    spec_target: Any,
+    config: Any,
+    *,
+    baseline_target: Any | None = None,
+    prompts: Sequence[Any] | None = None,
+    split_concurrency: Sequence[int] | None = None,
+    name: str = "verify-cost",
+    progress: bool = False,
+) -> VerifyCostCalibration:
+    """Measure the cost of verifying drafts on real servers and fit the step-time model.
+
+    Runs one per-category plan (:func:`plan_per_category`; ``split_concurrency`` picks the
+    levels split by category) twice: on ``baseline_target``
+    (default: ``spec_target`` with speculation off) and on ``spec_target`` (a
+    :class:`speclab.target.ServerTarget` with a speculative option); each is a run folder
+    of its own. Then fits :func:`calibrate_from_runs`. Use prompts other than the ones
+    you will predict for, and the concurrencies you will predict at.
+    """
+    from speclab.loadgen import bench
+
+    if spec_target.option.method == "baseline":
+        raise SpeclabError("measure_verify_cost needs a speculative option on spec_target (e.g. ngram).")
+    baseline_target = baseline_target or spec_target.model_copy(update={"option": SpecOption()})
+    plan = plan_per_category(config, prompts, split_concurrency)
+    base = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress)
+    spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress)
+    model = calibrate_from_runs(base.run_dir, spec.run_dir)
+    return VerifyCostCalibration(model, base.run_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+def _pool(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Pool timing rows over repeats: decode time and tokens summed, batch averaged."""
+    agg = frame.groupby(keys, as_index=False).agg(
+        requests=("requests", "sum"), decode_s=("decode_s", "sum"),
+        decode_tokens=("decode_tokens", "sum"), batch=("batch", "mean"))
+    agg["tpot_s"] = agg["decode_s"] / agg["decode_tokens"]
+    return agg
+
+
+def _replay_frames(replay: ReplayResult) -> tuple[pd.DataFrame, pd.DataFrame]:
+    by_cat = replay.by("category", "concurrency")
+    by_all = replay.by("concurrency").assign(category="all")
+    return by_cat, by_all
+
+
+def predict_from_baseline(
+    baseline_run_dir: str | Path,
+    option: SpecOption,
+    cost_model: CalibratedStepTime,
+    *,
+    batch_mix: Literal["category", "level"] = "category",
+    replay: ReplayResult | None = None,
+) -> pd.DataFrame:
+    """Predicted acceptance, tok/s and speedup per category x concurrency (+ ``all``).
+
+    Acceptance comes from replaying ``option`` over the baseline's greedy outputs; step
+    times from the baseline's own levels (decode step time at the level's effective batch)
+    plus ``cost_model``'s verify cost. ``batch_mix="category"`` predicts each category
+    served alone (its drafts fill the batch); ``"level"`` predicts it inside the measured
+    mix of categories (what a later run of the same plan measures). ``loses`` flags
+    predicted speedups below 1.
+    """
+    replay = replay or replay_option(baseline_requests(baseline_run_dir), option, _max_len(baseline_run_dir))
+    timing = level_timings(baseline_run_dir)
+    base = _pool(timing, ["concurrency"]).set_index("concurrency")
+    by_cat, by_all = _replay_frames(replay)
+    rows = []
+    for frame in (by_cat, by_all):
+        for r in frame.to_dict("records"):
+            c = r["concurrency"]
+            if c not in base.index or not r["decode_steps"]:
+                continue
+            mix = r if batch_mix == "category" else by_all.set_index("concurrency").loc[c]
+            batch, base_step = float(base.loc[c, "batch"]), float(base.loc[c, "tpot_s"])
+            spec_step = base_step + cost_model.extra_s(batch, float(mix["verified_tokens_per_step"]))
+            tokens = float(r["tokens_per_step"])
+            draft_fraction = float(r["draft_fraction"] or 0.0)
+            k = replay.k
+            speedup = tokens * base_step / spec_step
+            spec_for_break_even = base_step + cost_model.extra_s(batch, 1.0 + draft_fraction * k)
+            break_even = (1.0 + (spec_for_break_even / base_step - 1.0) / draft_fraction
+                          if draft_fraction > 0 else math.nan)
+            rows.append({
+                "option": option.label, "category": r["category"], "concurrency": int(c), "batch": batch,
+                "requests": int(r["requests"]),
+                "acceptance_rate": r["acceptance_rate"], "mean_acceptance_length": r["mean_acceptance_length"],
+                "draft_fraction": draft_fraction, "tokens_per_step": tokens,
+                "verified_tokens_per_seq": float(mix["verified_tokens_per_step"]),
+                "baseline_step_ms": base_step * 1e3, "spec_step_ms": spec_step * 1e3,
+                "baseline_tok_s": batch / base_step, "predicted_tok_s": batch * tokens / spec_step,
+                "predicted_speedup": speedup, "break_even_acceptance_length": break_even,
+                "loses": speedup < 1.0,
+                **{f"acceptance_pos{i + 1}": r.get(f"acceptance_pos{i + 1}") for i in range(k)},
+            })
+    out = pd.DataFrame(rows)
+    out.attrs.update({"proposer_impl": replay.proposer_impl, "token_source": replay.token_source,
+                      "cost_model": cost_model.verify.source, "batch_mix": batch_mix})
+    out["proposer_impl"] = replay.proposer_impl
+    return out
+
+
+def best_k_from_baseline(
+    baseline_run_dir: str | Path,
+    option: SpecOption,
+    cost_model: CalibratedStepTime,
+    ks: Sequence[int] = range(1, 9),
+    category: str = "all",
+) -> pd.DataFrame:
+    """Predicted speedup per k x concurrency (replaying ``option`` at every k); ``best``
+    marks the k with the highest predicted speedup at each concurrency."""
+    requests = baseline_requests(baseline_run_dir)
+    max_len = _max_len(baseline_run_dir)
+    frames = []
+    for k in ks:
+        variant = option.model_copy(update={"num_speculative_tokens": k})
+        table = predict_from_baseline(baseline_run_dir, variant, cost_model,
+                                      replay=replay_option(requests, variant, max_len))
+        frames.append(table[table["category"] == category].assign(k=k))
+    out = pd.concat(frames, ignore_index=True)
+    out["best"] = out.groupby("concurrency")["predicted_speedup"].transform("max") == out["predicted_speedup"]
+    first = ["category", "concurrency", "k", "predicted_speedup", "best"]
+    return out[first + [c for c in out.columns if c not in first]]
+
+
+def _max_len(run_dir: str | Path) -> int:
+    from speclab.replay import _max_model_len
+
+    return _max_model_len(Path(run_dir))
+
+
+def compare_predicted_measured(
+    baseline_run_dir: str | Path,
+    spec_run_dir: str | Path,
+    cost_model: CalibratedStepTime | None = None,
+    option: SpecOption | None = None,
+) -> pd.DataFrame:
+    """Predicted vs measured speedup per category x concurrency (+ ``all``), with error %.
+
+    Both runs must share a plan. Prediction uses the measured batch mix (``level``), as
+    the speculative run had. Without ``cost_model`` the verify cost is fitted on this very
+    pair (``cost_model_fit`` says ``in-sample``): a check of the model's form, not a
+    prediction. ``measured_acceptance_rate`` (server counters) is given where a group
+    covers whole levels (``all`` rows; category rows of single-category levels).
+    """
+    option = option or run_option(spec_run_dir)
+    fit = "out-of-sample"
+    if cost_model is None:
+        cost_model = calibrate_from_runs(baseline_run_dir, spec_run_dir)
+        fit = "in-sample"
+    predicted = predict_from_baseline(baseline_run_dir, option, cost_model, batch_mix="level")
+    base = level_timings(baseline_run_dir, by_category=True)
+    spec = level_timings(spec_run_dir, by_category=True)
+    measured = []
+    for frame, arm in ((base, "baseline"), (spec, "spec")):
+        cat = _pool(frame, ["category", "concurrency"])
+        every = _pool(frame, ["concurrency"]).assign(category="all")
+        both = pd.concat([cat, every], ignore_index=True)[["category", "concurrency", "tpot_s", "requests"]]
+        measured.append(both.rename(columns={"tpot_s": f"{arm}_tpot_s", "requests": f"{arm}_requests"}))
+    table = measured[0].merge(measured[1], on=["category", "concurrency"])
+    table["measured_speedup"] = table["baseline_tpot_s"] / table["spec_tpot_s"]
+    counters = _measured_acceptance(spec_run_dir)
+    table = table.merge(counters, on=["category", "concurrency"], how="left")
+    keep = ["category", "concurrency", "acceptance_rate", "mean_acceptance_length", "tokens_per_step",
+            "verified_tokens_per_seq", "predicted_speedup", "predicted_tok_s", "baseline_tok_s"]
+    table = predicted[keep].merge(table, on=["category", "concurrency"], how="inner")
+    table = table.rename(columns={"acceptance_rate": "predicted_acceptance_rate",
+                                  "mean_acceptance_length": "predicted_mean_acceptance_length"})
+    table["error_pct"] = (table["predicted_speedup"] / table["measured_speedup"] - 1.0) * 100.0
+    table["cost_model_fit"] = fit
+    table["option"] = option.label
+    return table.sort_values(["category", "concurrency"]).reset_index(drop=True)
+
+
+def _measured_acceptance(spec_run_dir: str | Path) -> pd.DataFrame:
+    """Server-counter acceptance per (category, concurrency) where levels allow it."""
+    levels = _summary_levels(spec_run_dir)
+    requests = _requests(spec_run_dir)
+    cats_per_level = requests.groupby("level")["category"].unique()
+    sums: dict[tuple[str, int], list[float]] = {}
+    for level, summary in levels.items():
+        server = summary.get("server_counters") or {}
+        if server.get("d_draft_tokens") is None or level not in cats_per_level.index:
+            continue
+        c = int(summary["concurrency"])
+        cats = list(cats_per_level[level])
+        keys = [("all", c)] + ([(cats[0], c)] if len(cats) == 1 else [])
+        for key in keys:
+            acc = sums.setdefault(key, [0.0, 0.0, 0.0])
+            acc[0] += server["d_accepted_tokens"]
+            acc[1] += server["d_draft_tokens"]
+            acc[2] += server["d_drafts"]
+    rows = [{"category": cat, "concurrency": c,
+             "measured_acceptance_rate": a / dt if dt else None,
+             "measured_mean_acceptance_length": 1 + a / d if d else None}
+            for (cat, c), (a, dt, d) in sums.items()]
+    return pd.DataFrame(rows, columns=["category", "concurrency", "measured_acceptance_rate",
+                                       "measured_mean_acceptance_length"])
+
+
+def compare_replay_with_server(
+    baseline_run_dir: str | Path,
+    spec_run_dir: str | Path,
+    option: SpecOption | None = None,
+    replay: ReplayResult | None = None,
+) -> pd.DataFrame:
+    """Replayed vs server counter deltas, one row per level of the speculative run.
+
+    Columns ``replay_*`` and ``server_*`` for drafts, draft tokens, accepted tokens and
+    the derived rates, plus ``replay_accepted_max`` (accepted if every draft token past the
+    recorded output had been accepted: the server's count lies in
+    [replay_accepted, replay_accepted_max] when outputs agree) and ``outputs_identical``
+    (share of the level's requests whose token ids equal the baseline's: below 1 the
+    runs diverged and the replay predicts another text).
+    """
+    option = option or run_option(spec_run_dir)
+    replay = replay or replay_option(baseline_requests(baseline_run_dir), option, _max_len(baseline_run_dir))
+    by_level = replay.by("level", "concurrency").set_index("level")
+    base_rows = baseline_requests(baseline_run_dir).set_index("prompt_id")
+    spec_rows = baseline_requests(spec_run_dir)
+    rows = []
+    for level, summary in sorted(_summary_levels(spec_run_dir).items()):
+        server = summary.get("server_counters") or {}
+        if level not in by_level.index:
+            continue
+        r = by_level.loc[level]
+        mine = spec_rows[spec_rows["level"] == level]
+        same = [list(t) == list(base_rows.loc[p, "token_ids"]) for p, t in zip(mine["prompt_id"], mine["token_ids"],
+                                                                               strict=True) if p in base_rows.index]
+        row = {
+            "level": level, "concurrency": int(summary["concurrency"]),
+            "categories": ",".join(sorted(mine["category"].unique())),
+            "requests": int(r["requests"]),
+            "outputs_identical": float(np.mean(same)) if same else None,
+            "replay_drafts": int(r["drafts"]), "server_drafts": server.get("d_drafts"),
+            "replay_draft_tokens": int(r["draft_tokens"]), "server_draft_tokens": server.get("d_draft_tokens"),
+            "replay_accepted": int(r["accepted_tokens"]),
+            "replay_accepted_max": int(r["accepted_tokens"] + r["draft_tokens_past_output"]),
+            "server_accepted": server.get("d_accepted_tokens"),
+            "replay_acceptance_rate": r["acceptance_rate"], "server_acceptance_rate": server.get("acceptance_rate"),
+            "replay_mean_acceptance_length": r["mean_acceptance_length"],
+            "server_mean_acceptance_length": server.get("mean_acceptance_length"),
+            "replay_per_position": [round(float(r[f"acceptance_pos{i + 1}"]), 4) if r["drafts"] else None
+                                    for i in range(replay.k)],
+            "server_per_position": server.get("per_position_acceptance"),
+        }
+        for name in ("drafts", "draft_tokens", "accepted"):
+            mine_v, theirs = row[f"replay_{name}"], row[f"server_{name}"]
+            row[f"{name}_error_pct"] = (mine_v / theirs - 1) * 100 if theirs else None
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs.update({"proposer_impl": replay.proposer_impl, "token_source": replay.token_source})
+    return out
+
+
+# --------------------------------------------------------------------------- payback
+
+
+def restart_payback(
+    prediction: pd.DataFrame,
+    traffic: Sequence[TrafficSlice | dict[str, float]],
+    *,
+    load_time_s: float | None = None,
+    baseline_run_dir: str | Path | None = None,
+    category: str = "all",
+    restarts: int = 1,
+) -> pd.DataFrame:
+    """Hours until restarting into the predicted option pays back (``inf``: never).
+
+    ``prediction``: a :func:`predict_from_baseline` table (its ``category`` rows give
+    speedup per concurrency, interpolated between levels); ``load_time_s`` defaults to
+    the baseline run's measured ``server.load_time_s``.
+    """
+    if load_time_s is None and baseline_run_dir is not None:
+        load_time_s = _load_time_s(baseline_run_dir)
+    if load_time_s is None:
+        raise SpeclabError("Give load_time_s or a baseline run whose manifest records server.load_time_s.")
+    rows = prediction[prediction["category"] == category]
+    if rows.empty:
+        raise SpeclabError(f"The prediction has no rows for category {category!r}.")
+    table = dict(zip(rows["concurrency"].astype(float), rows["predicted_speedup"].astype(float), strict=True))
+    return payback_hours(load_time_s, table, traffic, restarts=restarts)
