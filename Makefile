@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv setup demo test test-unit test-integration test-notebooks lint lab bench clean-outputs
+.PHONY: help venv server-venv setup demo test test-unit test-integration test-notebooks lint lab bench bench-predictor bench-profile clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,9 +48,15 @@ lint: venv ## ruff
 lab: setup ## open JupyterLab on the notebooks
 	@$(BIN)/jupyter lab notebooks/
 
-bench: setup ## the benchmarks (fidelity vs the server and vllm bench serve; ingest ceiling)
+bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench serve) and ingest ceiling
 	@$(BIN)/python benchmarks/ingest_ceiling.py
 	@$(BIN)/python benchmarks/fidelity.py
+
+bench-predictor: setup ## predicted vs measured speedup on prompts the cost model never saw (~5 min)
+	@$(BIN)/python -u benchmarks/predictor_accuracy.py
+
+bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core
+	@$(BIN)/python benchmarks/profile_parse.py --size-gb 1.0 --gzip
 
 clean-outputs: ## delete every run under outputs/ (asks first)
 	@read -p "Delete all runs under outputs/? [y/N] " ok && [ "$$ok" = y ] && find outputs -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + || true

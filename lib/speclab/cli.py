@@ -73,6 +73,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain_seeds(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from speclab.costmodel import SeedScenario, explain_seed_ngram_loss
+    from speclab.params import load_params_file
+
+    scenario = SeedScenario.model_validate(load_params_file(args.scenario)) if args.scenario else SeedScenario()
+    alphas = [float(a) for a in args.alpha.split(",")] if args.alpha else None
+    table = explain_seed_ngram_loss(scenario, alphas)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200):
+        print(f"{scenario.name}: n-gram k={scenario.num_speculative_tokens}, naive vs calibrated\n")
+        print(table.round(3).to_string(index=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="speclab",
@@ -98,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the option you believe is running; exit 2 if the server contradicts it")
     p.add_argument("--k", type=int, default=None)
     p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("explain-seeds",
+                       help="why n-gram lost on the seeds' Kimi-K2.5 8xPCIe deployment (naive vs calibrated)")
+    p.add_argument("--scenario", help="a SeedScenario YAML (default: the seeds' own figures)")
+    p.add_argument("--alpha", help="per-token acceptance values to tabulate, e.g. 0.3,0.5")
+    p.set_defaults(func=cmd_explain_seeds)
 
     for register in _EXTRA_COMMANDS:
         register(sub)

@@ -37,9 +37,10 @@ def explain_validation_error(exc: Exception, what: str = "parameters") -> Specla
     if not items:
         return SpeclabError(f"Invalid {what}: {exc}")
     first = items[0]
-    field = ".".join(str(part) for part in first.get("loc", ())) or what
+    field = ".".join(str(part) for part in first.get("loc", ()))
     message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
     given = first.get("input")
     shown = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
     more = f"; {len(items) - 1} more problem(s) after this one" if len(items) > 1 else ""
-    return SpeclabError(f"Invalid {what}: {field}: {message}{shown}{more}; fix it and run again.")
+    where = f"{field}: " if field else ""
+    return SpeclabError(f"Invalid {what}: {where}{message}{shown}{more}; fix it and run again.")

@@ -534,6 +534,7 @@ def bench(
     *,
     name: str = "bench",
     run_dir: str | Path | None = None,
+    outputs_root: str | Path | None = None,
     plan: Plan | None = None,
     progress: bool = True,
 ) -> SweepResult:
@@ -545,7 +546,7 @@ def bench(
     from speclab.target import serve_target
 
     params = {"target": target.model_dump(mode="json"), "sweep": config.model_dump(mode="json")}
-    run = Run.create(name, params, kind="bench", run_dir=run_dir)
+    run = Run.create(name, params, kind="bench", run_dir=run_dir, outputs_root=outputs_root)
     arm = target.option.method
     with run.recording(), serve_target(target, run) as live:
         return measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm=arm, progress=progress)

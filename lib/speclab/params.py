@@ -100,6 +100,24 @@ class BaselineParams(_ServerParams, _SweepParams):
     predict_methods: list[Literal["ngram", "suffix"]] = Field(
         ["ngram", "suffix"], description="options to predict from this baseline")
     predict_k: int = Field(4, ge=1, le=16, description="k for the predictions")
+    verify_cost: Literal["calibrate", "baseline_slope", "explicit"] = Field(
+        "calibrate", description="how the cost of verifying drafts is known (calibrate: a real n-gram run)")
+    verify_overhead_s: float = Field(0.0, ge=0, description="explicit: extra seconds per speculative step")
+    verify_per_token_s: float | None = Field(None, ge=0, description="explicit: seconds per extra verified token")
+    verify_exponent: float = Field(1.0, gt=0, le=1.5, description="explicit: cost grows as tokens ** exponent")
+    calibration_per_category: int = Field(2, ge=1, description="calibrate: prompts per category (not the plan's)")
+    traffic: list[dict[str, float]] = Field(
+        [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],
+        description="expected day for restart payback: hours at each concurrency")
+
+    @model_validator(mode="after")
+    def _verify_cost_source(self) -> Any:
+        if self.verify_cost == "calibrate" and self.mode != "embedded":
+            raise ValueError("verify_cost 'calibrate' restarts the server, which external mode cannot do; "
+                             "use 'baseline_slope' or 'explicit'")
+        if self.verify_cost == "explicit" and self.verify_per_token_s is None:
+            raise ValueError("verify_cost 'explicit' needs verify_per_token_s")
+        return self
 
 
 class SpecParams(_ServerParams):

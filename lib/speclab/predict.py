@@ -138,7 +138,7 @@ def run_option(run_dir: str | Path) -> SpecOption:
 
     manifest = read_json(Path(run_dir) / "manifest.json")
     params = manifest.get("params") or {}
-    option = dict((params.get("target") or {}).get("option") or params.get("option") or {})
+    option = dict(manifest.get("option") or (params.get("target") or {}).get("option") or params.get("option") or {})
     if not option:
         raise SpeclabError(f"{run_dir}'s manifest names no option; pass the SpecOption explicitly.")
     if "<redacted>" in option.values():
@@ -255,6 +255,7 @@ def measure_verify_cost(
     split_concurrency: Sequence[int] | None = None,
     name: str = "verify-cost",
     progress: bool = False,
+    outputs_root: str | Path | None = None,
 ) -> VerifyCostCalibration:
     """Measure the cost of verifying drafts on real servers and fit the step-time model.
 
@@ -271,8 +272,10 @@ def measure_verify_cost(
         raise SpeclabError("measure_verify_cost needs a speculative option on spec_target (e.g. ngram).")
     baseline_target = baseline_target or spec_target.model_copy(update={"option": SpecOption()})
     plan = plan_per_category(config, prompts, split_concurrency)
-    base = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress)
-    spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress)
+    base = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress,
+                 outputs_root=outputs_root)
+    spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress,
+                 outputs_root=outputs_root)
     model = calibrate_from_runs(base.run_dir, spec.run_dir)
     return VerifyCostCalibration(model, base.run_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())
 

@@ -167,11 +167,16 @@ def identities(bundle: ReportBundle) -> pd.DataFrame:
 
 
 def predictions(bundle: ReportBundle) -> pd.DataFrame:
-    """Predicted (from the baseline alone) vs measured speedup per option and concurrency."""
+    """Predicted (from the baseline alone) vs measured decode speedup per option and concurrency."""
     frames = [wb.predicted_vs_measured(bundle.baseline, option).assign(option=option.label)
               for option in bundle.options]
     frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    cols = ["option", "category", "concurrency", "predicted_acceptance_rate", "measured_acceptance_rate",
+            "predicted_speedup", "measured_speedup", "error_pct", "cost_model_fit"]
+    return table[table["category"] == "all"][[c for c in cols if c in table]].reset_index(drop=True)
 
 
 def caveats(bundle: ReportBundle) -> list[str]:
@@ -189,3 +194,12 @@ def caveats(bundle: ReportBundle) -> list[str]:
             notes.append(f"{option.label}: {len(few)} category cells rest on fewer than 3 prompt pairs: "
                          "raise per_category for tighter intervals.")
     return notes
+
+
+def predicted_losers(bundle: ReportBundle) -> pd.DataFrame:
+    """The baseline's own predictions (01-baseline), with the options predicted to lose first."""
+    path = bundle.baseline.path / wb.PREDICTIONS_PARQUET
+    if not path.exists():
+        return pd.DataFrame({"note": ["the baseline run made no predictions (predict_methods was empty)"]})
+    predicted = wb.prediction_summary(pd.read_parquet(path))
+    return predicted.sort_values(["loses", "option", "concurrency"], ascending=[False, True, True]).reset_index(drop=True)

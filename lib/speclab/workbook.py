@@ -62,7 +62,7 @@ def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> t
     dtype = params.dtype if params.dtype else baseline_params.dtype
     option = params.option()
     target = params.model_copy(update={"dtype": dtype}).target(option)
-    run.update(baseline_run=str(baseline_dir), method=params.method)
+    run.update(baseline_run=str(baseline_dir), method=params.method, option=option.model_dump(mode="json"))
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan,
                                arm=params.method, progress=progress)
@@ -170,14 +170,119 @@ def stack_requests(runs: list[RunData]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def predictions_for_baseline(data: RunData, methods: list[str], k: int) -> pd.DataFrame:
-    """Predicted acceptance and tok/s per category x concurrency for each option (TEMPORARY)."""
-    return pd.DataFrame({"note": ["predictor not wired in yet"]})
+COST_MODEL_JSON = "cost_model.json"
+PREDICTIONS_PARQUET = "predictions.parquet"
+
+
+def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = False) -> Any:
+    """The step-time model behind every prediction, as ``params.verify_cost`` says.
+
+    ``calibrate`` (embedded): a real n-gram run on prompts this baseline did not use
+    (plus its own baseline on the same plan) gives the cost of verifying drafts;
+    ``baseline_slope``: the baseline's own marginal cost of a token in a step stands in
+    (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
+    cost_model.json so 02-ngram and 05-report predict with the same model.
+    """
+    from speclab.costmodel import VerifyCost
+    from speclab.embedded import default_option
+    from speclab.predict import measure_verify_cost
+    from speclab.prompts import load_prompts
+
+    record: dict[str, Any] = {"source": params.verify_cost}
+    if params.verify_cost == "calibrate":
+        used = set(Plan.load(run.path).prompts)  # calibrate on prompts the baseline did not use
+        pool = [p for p in load_prompts(params.prompts, params.categories) if p.id not in used]
+        config = params.sweep(params.api_key_env).model_copy(update={
+            "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1})
+        target = params.target(default_option("ngram"))
+        calibration = measure_verify_cost(target, config, prompts=pool, progress=progress,
+                                          outputs_root=run.path / "calibration")
+        record.update(calibration_baseline_run=str(calibration.baseline_run),
+                      calibration_spec_run=str(calibration.spec_run))
+    elif params.verify_cost == "explicit":
+        record["verify"] = VerifyCost(overhead_s=params.verify_overhead_s,
+                                      per_token_s=params.verify_per_token_s or 0.0,
+                                      exponent=params.verify_exponent, source="params").model_dump()
+    from speclab.runs import write_json
+
+    write_json(run.path / COST_MODEL_JSON, record)
+    model = load_cost_model(run.path)
+    record["model"] = model.describe()
+    write_json(run.path / COST_MODEL_JSON, record)
+    return model
+
+
+def load_cost_model(baseline_dir: str | Path) -> Any:
+    """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
+    from speclab.costmodel import CalibratedStepTime, VerifyCost, fit_step_time
+    from speclab.predict import calibrate_from_runs, level_timings
+    from speclab.runs import read_json
+
+    path = Path(baseline_dir) / COST_MODEL_JSON
+    if not path.exists():
+        return None
+    record = read_json(path)
+    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
+    if record["source"] == "calibrate":
+        return calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
+    if record["source"] == "explicit":
+        return CalibratedStepTime(base, VerifyCost(**record["verify"]))
+    return fit_step_time(base, None, source="baseline slope")
+
+
+def prediction_options(methods: list[str], k: int) -> list[SpecOption]:
+    """The options 01-baseline predicts (the embedded defaults' lookup bounds for n-gram)."""
+    options = []
+    for method in methods:
+        if method == "ngram":
+            options.append(SpecOption(method="ngram", num_speculative_tokens=k, prompt_lookup_min=2,
+                                      prompt_lookup_max=4))
+        else:
+            options.append(SpecOption(method=method, num_speculative_tokens=k))
+    return options
+
+
+def predictions_for_baseline(data: RunData, params: BaselineParams, model: Any) -> pd.DataFrame:
+    """Predicted acceptance, tok/s and speedup per option x category x concurrency; saved."""
+    from speclab.predict import predict_from_baseline
+
+    frames = [predict_from_baseline(data.path, option, model)
+              for option in prediction_options(params.predict_methods, params.predict_k)]
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not table.empty:
+        table.to_parquet(data.path / PREDICTIONS_PARQUET, index=False)
+    return table
+
+
+def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
+    """The 'all categories' rows: what each option is predicted to do per concurrency."""
+    if predicted.empty:
+        return predicted
+    cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
+            "predicted_tok_s", "predicted_speedup", "break_even_acceptance_length", "loses"]
+    return predicted[predicted["category"] == "all"][cols].reset_index(drop=True)
+
+
+def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Hours until a restart into each option pays for itself, for the expected traffic."""
+    from speclab.predict import restart_payback
+
+    frames = []
+    for option, rows in predicted.groupby("option", sort=False):
+        table = restart_payback(rows, params.traffic, baseline_run_dir=data.path)
+        frames.append(table.assign(option=option))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
-    """Predicted vs measured speedup per category x concurrency (TEMPORARY)."""
-    return pd.DataFrame({"note": ["predictor not wired in yet"]})
+    """Predicted (baseline + its cost model) vs measured speedup per category x concurrency."""
+    from speclab.predict import compare_predicted_measured
+
+    model = load_cost_model(baseline.path)
+    table = compare_predicted_measured(baseline.path, option.path, cost_model=model)
+    if model is None:
+        table.attrs["note"] = "no cost model saved with the baseline: fitted on this same pair (in-sample)"
+    return table
 
 
 def run_profile(params: Any, run: Run) -> tuple[Any, Any, ServerIdentity | None]:

@@ -60,7 +60,20 @@ def test_papermill_documents_every_parameter(path: Path) -> None:
     assert documented == set(NOTEBOOK_PARAMS[path.stem].model_fields)
 
 
-PARAM_FILES = sorted((ROOT / "params").rglob("*.yaml"))
+PARAM_FILES = sorted(p for p in (ROOT / "params").rglob("*.yaml") if p.name != "scenario.yaml")
+
+
+def test_the_seeds_scenario_example_validates_and_explains_the_loss() -> None:
+    from speclab.costmodel import SeedScenario, explain_seed_ngram_loss
+    from speclab.params import load_params_file
+
+    scenario = SeedScenario.model_validate(
+        load_params_file(ROOT / "params/examples/kimi-k25-8xpcie/scenario.yaml"))
+    table = explain_seed_ngram_loss(scenario)
+    naive = table["naive_speedup"] if "naive_speedup" in table else table.filter(like="naive").iloc[:, 0]
+    assert naive.min() > 1.8  # the hand-made model promised ~2x ...
+    calibrated = table.filter(like="calibrated").select_dtypes("number").iloc[:, 0]
+    assert (calibrated[table["concurrency"] >= 8] < 1.0).all()  # ... where the server really lost
 
 
 @pytest.mark.parametrize("path", PARAM_FILES, ids=lambda p: str(p.relative_to(ROOT / "params")))
