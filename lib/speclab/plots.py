@@ -29,6 +29,7 @@ def throughput_vs_concurrency(levels: pd.DataFrame) -> Figure:
            title="Throughput vs concurrency")
     ax.set_xticks(sorted(levels["concurrency"].unique()))
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())  # no 2x10^0 labels
     fig.tight_layout()
     return fig
 
