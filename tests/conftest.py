@@ -27,11 +27,16 @@ def fake_python(tmp_path: Path):
     return make
 
 
-@pytest.fixture(autouse=True)
-def _outputs_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
-    """Runs made by tests go to a temp folder, never into the checkout's outputs/."""
-    if "SPECLAB_OUTPUTS" not in os.environ:
-        monkeypatch.setenv("SPECLAB_OUTPUTS", str(tmp_path_factory.getbasetemp() / "outputs"))
+@pytest.fixture(autouse=True, scope="session")
+def _outputs_in_tmp(tmp_path_factory: pytest.TempPathFactory):
+    """Runs made by tests go to a temp folder, never into the checkout's outputs/
+    (session-wide, so module- and session-scoped fixtures are covered too)."""
+    previous = os.environ.get("SPECLAB_OUTPUTS")
+    if previous is None:
+        os.environ["SPECLAB_OUTPUTS"] = str(tmp_path_factory.getbasetemp() / "outputs")
+    yield
+    if previous is None:
+        os.environ.pop("SPECLAB_OUTPUTS", None)
 
 
 @pytest.fixture

@@ -99,7 +99,8 @@ class BaselineParams(_ServerParams, _SweepParams):
     notebook: ClassVar[str] = "01-baseline"
     predict_methods: list[Literal["ngram", "suffix"]] = Field(
         ["ngram", "suffix"], description="options to predict from this baseline")
-    predict_k: int = Field(4, ge=1, le=16, description="k for the predictions")
+    predict_k: int = Field(4, ge=1, le=16, description="n-gram k for the predictions")
+    predict_suffix_k: int = Field(8, ge=1, le=32, description="suffix k for the predictions")
     verify_cost: Literal["calibrate", "baseline_slope", "explicit"] = Field(
         "calibrate", description="how the cost of verifying drafts is known (calibrate: a real n-gram run)")
     verify_overhead_s: float = Field(0.0, ge=0, description="explicit: extra seconds per speculative step")

@@ -230,15 +230,15 @@ def load_cost_model(baseline_dir: str | Path) -> Any:
     return fit_step_time(base, None, source="baseline slope")
 
 
-def prediction_options(methods: list[str], k: int) -> list[SpecOption]:
+def prediction_options(methods: list[str], ngram_k: int, suffix_k: int) -> list[SpecOption]:
     """The options 01-baseline predicts (the embedded defaults' lookup bounds for n-gram)."""
     options = []
     for method in methods:
         if method == "ngram":
-            options.append(SpecOption(method="ngram", num_speculative_tokens=k, prompt_lookup_min=2,
+            options.append(SpecOption(method="ngram", num_speculative_tokens=ngram_k, prompt_lookup_min=2,
                                       prompt_lookup_max=4))
         else:
-            options.append(SpecOption(method=method, num_speculative_tokens=k))
+            options.append(SpecOption(method=method, num_speculative_tokens=suffix_k))
     return options
 
 
@@ -247,7 +247,8 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Any) 
     from speclab.predict import predict_from_baseline
 
     frames = [predict_from_baseline(data.path, option, model)
-              for option in prediction_options(params.predict_methods, params.predict_k)]
+              for option in prediction_options(params.predict_methods, params.predict_k,
+                                               params.predict_suffix_k)]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not table.empty:
         table.to_parquet(data.path / PREDICTIONS_PARQUET, index=False)

@@ -64,7 +64,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
     cost = json.loads((baseline / "cost_model.json").read_text())
     assert cost["source"] == "calibrate" and cost["model"]["per_verified_token_ms"] >= 0
     predicted = pd.read_parquet(baseline / "predictions.parquet")
-    assert {"ngram k=4 (2..4)", "suffix k=4"} <= set(predicted["option"])
+    assert {"ngram k=4 (2..4)", "suffix k=8"} <= set(predicted["option"])
     assert predicted["predicted_speedup"].between(0.2, 10).all()
     html = (report / "report.html").read_text()
     assert 'id="decision-table"' in html and "Decision table" in html
