@@ -26,6 +26,7 @@ import httpx
 
 from speclab.embedded import model_dir, server_python
 from speclab.loadgen import Plan, PlannedRequest, SweepConfig, measure_sweep
+from speclab.metrics import scrape_metrics, window
 from speclab.prompts import load_builtin
 from speclab.runs import Run
 from speclab.summary import median
@@ -77,6 +78,8 @@ def vllm_leg(live, prompts, concurrency: int, max_tokens: int, work: Path) -> di
     dataset.write_text("".join(json.dumps({"prompt": p.messages[0]["content"]}) + "\n" for p in prompts))
     httpx.post(live.endpoint.at_root("reset_prefix_cache"), timeout=30)
     name = f"vllm-{concurrency}-{time.time_ns()}.json"
+    with httpx.Client() as http:
+        before = scrape_metrics(http, live.endpoint)
     cmd = [str(server_python()), str(CLI), "bench", "serve", "--backend", "openai-chat",
            "--base-url", live.endpoint.root, "--endpoint", "/v1/chat/completions",
            "--model", live.model, "--tokenizer", str(model_dir()),
@@ -90,11 +93,16 @@ def vllm_leg(live, prompts, concurrency: int, max_tokens: int, work: Path) -> di
                                                                     "TRANSFORMERS_OFFLINE": "1"})
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    with httpx.Client() as http:
+        counters = window(before, scrape_metrics(http, live.endpoint))
     data = json.loads((work / name).read_text())
     return {
         "tok_s": data["output_throughput"],
         "tpot_median": data["median_tpot_ms"] / 1e3,
+        "tpot_mean": data["mean_tpot_ms"] / 1e3,
         "ttft_median": data["median_ttft_ms"] / 1e3,
+        # the server's own view of the same leg: whose TPOT is off, speclab's or vllm's?
+        "server_tpot_mean": counters.server_tpot_s_mean,
         "tokens": data["total_output_tokens"],
     }
 
@@ -145,6 +153,10 @@ def main() -> None:
               f"{med(c, 'speclab.tpot_median') / med(c, 'vllm.tpot_median'):>22.4f} "
               f"{med(c, 'speclab.ttft_median') / med(c, 'vllm.ttft_median'):>22.4f} "
               f"{tokens_equal!s:>22}")
+    print("\neach client's mean TPOT over the server's own mean TPOT for the same leg:")
+    for c in levels:
+        print(f"  c={c}: speclab {med(c, 'speclab.tpot_mean') / med(c, 'speclab.server_tpot_mean'):.4f}   "
+              f"vllm bench serve {med(c, 'vllm.tpot_mean') / med(c, 'vllm.server_tpot_mean'):.4f}")
     print("\nabsolute (medians over rounds):")
     for c in levels:
         print(f"  c={c}: speclab tok/s {med(c, 'speclab.tok_s'):.1f} vs vllm {med(c, 'vllm.tok_s'):.1f}; "

@@ -6,7 +6,7 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
@@ -120,26 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", help="per-token acceptance values to tabulate, e.g. 0.3,0.5")
     p.set_defaults(func=cmd_explain_seeds)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
-    return parser
-
-
-# Other modules add their subcommands here (bench, run, demo) to keep this file thin.
-_EXTRA_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = []
-
-
-def _register_extras() -> None:
+    # bench, run and demo live in their own modules to keep this one thin
     from speclab import cli_bench, cli_workbook
 
-    for module in (cli_bench, cli_workbook):
-        if module.register not in _EXTRA_COMMANDS:
-            _EXTRA_COMMANDS.append(module.register)
+    cli_bench.register(sub)
+    cli_workbook.register(sub)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one clear sentence on bad input, never a traceback."""
-    _register_extras()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
