@@ -123,7 +123,7 @@ def _peak_rss_mb() -> float:
 
 def phase_speclab(folder: Path, backend: str) -> dict[str, object]:
     sys.path.insert(0, str(ROOT / "lib"))
-    from speclab.profile import ProfileParams, analyse_profile
+    from speclab.profiling import ProfileParams, analyse_profile
 
     started = time.perf_counter()
     cpu0 = _cpu_s()

@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 from speclab.embedded import default_option
-from speclab.profile import analyse_profile, trim_trace
-from speclab.profile_trace import read_trace
+from speclab.profiling import analyse_profile, trim_trace
+from speclab.profiling.trace import read_trace
 from speclab.runs import Run
 from speclab.target import ServerTarget, serve_target
 
@@ -40,7 +40,7 @@ def main() -> int:
         server_dir.mkdir()
         run = Run.create("cpu-trace-fixture", vars(args), kind="profile", run_dir=Path(tmp) / "run")
         target = ServerTarget(mode="embedded", option=default_option("ngram"), profiler_dir=str(server_dir))
-        from speclab.profile_capture import capture_profile
+        from speclab.profiling.capture import capture_profile
 
         with serve_target(target, run) as live:
             result = capture_profile(

@@ -291,8 +291,8 @@ def run_profile(params: Any, run: Run) -> tuple[Any, Any, ServerIdentity | None]
 
     Returns (capture result or None, ProfileReport, server identity or None).
     """
-    from speclab.profile import ProfileParams, analyse_profile
-    from speclab.profile_capture import capture_profile
+    from speclab.profiling import ProfileParams, analyse_profile
+    from speclab.profiling.capture import capture_profile
 
     profile_params = ProfileParams(**({"buckets": params.buckets} if params.buckets else {}))
     if params.traces:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from speclab.profile import analyse_profile, capture_profile
+from speclab.profiling import analyse_profile
+from speclab.profiling.capture import capture_profile
 from speclab.runs import Run
 from speclab.target import ServerTarget, serve_target
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from speclab.cli_workbook import run_notebook
+from speclab.cli.workbook import run_notebook
 from speclab.errors import SpeclabError
 from speclab.runs import Run
 

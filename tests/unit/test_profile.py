@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.profile import (
+from speclab.profiling import (
     DEFAULT_BUCKETS,
     ProfileParams,
     analyse_profile,
@@ -26,10 +26,10 @@ from speclab.profile import (
     plot_bucket_scaling,
     plot_step_breakdown,
     read_trace,
-    self_times,
     trim_trace,
 )
-from speclab.profile_trace import find_trace_files, iter_event_batches
+from speclab.profiling.analysis import self_times
+from speclab.profiling.trace import find_trace_files, iter_event_batches
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 GPU_DIR = TRACES / "h200-qwen2moe"

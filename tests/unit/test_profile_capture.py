@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.profile_capture import capture_profile, collect_traces, wait_for_traces
+from speclab.profiling.capture import capture_profile, collect_traces, wait_for_traces
 from speclab.runs import Run
 from speclab.urls import Endpoint
 

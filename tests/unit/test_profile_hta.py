@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed (pip install HolisticTraceAnalysis)")
 
-from speclab.profile_hta import compare_with_hta, hta_agrees  # noqa: E402
+from speclab.profiling.hta import compare_with_hta, hta_agrees  # noqa: E402
 
 # HTA 0.5 on pandas 3 warns about its own inplace drops
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:hta")

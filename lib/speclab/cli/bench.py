@@ -5,13 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from speclab.cli.args import parse_int_list
 from speclab.errors import SpeclabError
-
-
-def _ints(text: str) -> list[int]:
-    from speclab.cli import _parse_int_list
-
-    return _parse_int_list(text)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -67,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", help="a .jsonl prompt file or a ShareGPT .json (default: built-in)")
     p.add_argument("--categories", help="comma-separated categories (default: all)")
     p.add_argument("--per-category", type=int, default=3, help="prompts per category per level")
-    p.add_argument("--concurrency", type=_ints, default=[1, 4], help="levels, e.g. 1,4,16,64")
+    p.add_argument("--concurrency", type=parse_int_list, default=[1, 4], help="levels, e.g. 1,4,16,64")
     p.add_argument("--rate", type=float, default=None, help="Poisson arrivals per second")
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=1)

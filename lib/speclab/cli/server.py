@@ -1,26 +1,10 @@
-"""The ``speclab`` command: the same library functions the notebooks call."""
+"""``speclab setup | serve | probe | explain-seeds``: the embedded server and external probing."""
 
 from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import time
-from collections.abc import Sequence
-
-from pydantic import ValidationError
-
-from speclab.errors import SpeclabError, explain_validation_error
-
-
-def _parse_int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: give positive integers, e.g. 1,4,16")
-    return values
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -88,13 +72,7 @@ def cmd_explain_seeds(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="speclab",
-        description="Will speculative decoding pay off on your vLLM/SGLang server? Measure, predict, decide.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("setup", help="create the embedded server venv and convert the model (once)")
     p.add_argument("--eagle3", action="store_true", help="also write the random EAGLE-3 drafter head")
     p.set_defaults(func=cmd_setup)
@@ -119,33 +97,3 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="a SeedScenario YAML (default: the seeds' own figures)")
     p.add_argument("--alpha", help="per-token acceptance values to tabulate, e.g. 0.3,0.5")
     p.set_defaults(func=cmd_explain_seeds)
-
-    # bench, run and demo live in their own modules to keep this one thin
-    from speclab import cli_bench, cli_workbook
-
-    cli_bench.register(sub)
-    cli_workbook.register(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: one clear sentence on bad input, never a traceback."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ValidationError as exc:
-        print(f"speclab: {explain_validation_error(exc).message}", file=sys.stderr)
-        return 1
-    except SpeclabError as exc:
-        print(f"speclab: {exc.message}", file=sys.stderr)
-        if exc.detail:
-            print(exc.detail, file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("speclab: interrupted; servers stopped, measured data kept.", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

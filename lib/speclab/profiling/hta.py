@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from speclab.errors import SpeclabError
-from speclab.profile_trace import KIND_NAMES, RankTrace, find_trace_files, read_trace
+from speclab.profiling.trace import KIND_NAMES, RankTrace, find_trace_files, read_trace
 
 GPU_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_KINDS = ("cpu_op",)

@@ -1,7 +1,7 @@
 """Where decode time goes: engine steps and kernel buckets from profiler traces.
 
 ``analyse_profile(source, params)`` reads every rank's Chrome trace (stream-parsed, see
-:mod:`speclab.profile_trace`), finds vLLM's engine steps from their
+:mod:`speclab.profiling.trace`), finds vLLM's engine steps from their
 ``execute_context_<n>(<tok>)_generation_<n>(<tok>)`` annotations, sorts GPU kernels (or,
 on CPU builds, CPU ops by self time) into ordered regex buckets, and returns tidy tables:
 
@@ -13,8 +13,8 @@ on CPU builds, CPU ops by self time) into ordered regex buckets, and returns tid
   which buckets grow when a step verifies k+1 tokens, for the predictor;
 * ``overlap``: on GPU traces, communication time overlapped by compute on other streams.
 
-Capture lives in :mod:`speclab.profile_capture`; the HTA cross-check in
-:mod:`speclab.profile_hta`.
+Capture lives in :mod:`speclab.profiling.capture`; the HTA cross-check in
+:mod:`speclab.profiling.hta`.
 """
 
 from __future__ import annotations
@@ -24,164 +24,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from speclab.errors import SpeclabError
-from speclab.profile_capture import CaptureResult, capture_profile, collect_traces
-from speclab.profile_trace import (
+from speclab.profiling.buckets import VLLM_STEP_PATTERNS, ProfileParams, StepKind
+from speclab.profiling.trace import (
     CPU_OP,
     KERNEL,
     KIND_NAMES,
     MEMCPY,
     MEMSET,
     RankTrace,
-    find_trace_files,
-    read_trace,
     read_traces,
-    trim_trace,
 )
-
-__all__ = [
-    "DEFAULT_BUCKETS",
-    "BucketRule",
-    "CaptureResult",
-    "ProfileParams",
-    "ProfileReport",
-    "RankTrace",
-    "analyse_profile",
-    "analyse_traces",
-    "capture_profile",
-    "collect_traces",
-    "find_trace_files",
-    "parse_step_annotation",
-    "plot_bucket_scaling",
-    "plot_step_breakdown",
-    "read_trace",
-    "read_traces",
-    "trim_trace",
-]
-
-
-class BucketRule(BaseModel):
-    """One bucket: names that ``pattern`` finds (``re.search``) belong to it, first rule wins."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(..., min_length=1, description="bucket name shown in tables and plots")
-    pattern: str = Field(..., min_length=1, description="regular expression searched in op/kernel names")
-    ignore_case: bool = Field(False, description="match case-insensitively")
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression ({exc})") from None
-        return value
-
-    def compiled(self) -> re.Pattern[str]:
-        return re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0)
-
-
-# Order matters: first match wins. From domain.md section 5, checked against the real CPU
-# (vLLM 0.32) and H200 (torch 2.11) fixtures in tests/data/traces.
-DEFAULT_BUCKETS: tuple[BucketRule, ...] = (
-    BucketRule(name="communication", pattern=(
-        r"nccl|NCCL|AllReduce|allreduce|all_reduce|cross_device_reduce|all_gather|allgather|AllGather"
-        r"|reduce_scatter|ReduceScatter|all_to_all|alltoall|AllToAll|c10d::|shm_all|gloo")),
-    BucketRule(name="moe_gemm", pattern=(
-        r"fused_moe|marlin_moe|[Mm]oe.*[Gg]emm|cutlass.*[Mm]oe|topk_softmax|moe_align|moe_sum"
-        r"|grouped_mm|grouped_gemm|GroupProblemShape|GroupedGemm")),
-    # before attention: vLLM's CPU cache write is named _C::cpu_attn_reshape_and_cache
-    BucketRule(name="cache_writes", pattern=(
-        r"reshape_and_cache|concat_and_cache|kv_cache_update|store_kvcache|copy_blocks|swap_blocks")),
-    BucketRule(name="attention", pattern=(
-        r"flash_attn|flashinfer|FlashMLA|flash_mla|_mla_|\bmla_|_fwd_kernel|[Aa]ttention|attn"
-        r"|flash_fprop|flash_fwd|sdpa|fmha|paged_attention")),
-    BucketRule(name="dense_gemm", pattern=(
-        r"gemm|Gemm|GEMM|cutlass|cublas|nvjet|xmma|Marlin|marlin|onednn_mm|mkldnn|sgemm"
-        r"|^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$")),
-    BucketRule(name="sampling", pattern=(
-        r"sampl|Sampl|argmax|ArgMax|topk|TopK|top_k|top_p|multinomial|gumbel|exponential_|[Ss]ort")),
-    BucketRule(name="memory", pattern=r"^Memcpy|^Memset|^aten::copy_$"),
-    BucketRule(name="norms_elementwise", pattern=(
-        r"norm|Norm|rms|rotary|[Rr]ope|silu|gelu|act_and_mul|softmax|elementwise|Elementwise"
-        r"|reduce_kernel|CatArray|gather|scatter|index|^aten::(add|sub|mul|div|neg|pow|rsqrt|exp"
-        r"|mean|sum|silu|sigmoid|tanh|cat|embedding|where|lt|gt|eq|ne|div_|mul_|add_|sub_|clamp)")),
-    BucketRule(name="framework", pattern=(
-        r"^aten::(empty|empty_strided|new_empty|view|reshape|_reshape_alias|slice|select|as_strided"
-        r"|unsqueeze|squeeze|transpose|permute|expand|t|contiguous|detach|alias|resolve_conj"
-        r"|resolve_neg|item|_local_scalar_dense|lift_fresh|chunk|split|split_with_sizes|narrow"
-        r"|unbind|flatten|to|_to_copy|clone|zeros|ones|full|fill_|zero_|result_type|arange)$")),
-)
-
-# vLLM's step annotations (vllm/v1/worker/gpu_worker.py): the simple form, and the
-# detailed form written when profiler_config.detailed_trace_annotation is on.
-VLLM_STEP_PATTERNS: tuple[str, ...] = (
-    r"^execute_context_(?P<ctx_reqs>\d+)\((?P<ctx_tokens>\d+)\)"
-    r"_generation_(?P<gen_reqs>\d+)\((?P<gen_tokens>\d+)\)$",
-    r"^execute_(?P<total_tokens>\d+)_context_(?P<ctx_reqs>\d+)\(sq(?P<ctx_tokens>\d+)sk\d+sqsq\d+sqsk\d+\)"
-    r"_generation_(?P<gen_reqs>\d+)\(sq(?P<gen_tokens>\d+)sk\d+sqsq\d+sqsk\d+\)$",
-)
-
-StepKind = Literal["prefill", "decode", "mixed", "idle", "step"]
-
-
-class ProfileParams(BaseModel):
-    """How a trace is read and bucketed: the fields a params file or notebook sets."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    buckets: list[BucketRule] = Field(
-        default_factory=lambda: [r.model_copy() for r in DEFAULT_BUCKETS],
-        description="ordered bucket rules; the first rule whose pattern matches a name wins")
-    other_bucket: str = Field("other", description="bucket of names no rule matches (always listed)")
-    communication_bucket: str = Field("communication", description="bucket counted as communication for overlap")
-    source: Literal["auto", "kernel", "cpu_op"] = Field(
-        "auto", description="auto: GPU kernels when the trace has any, else CPU ops by self time")
-    step_patterns: list[str] = Field(
-        default_factory=lambda: list(VLLM_STEP_PATTERNS),
-        description="regexes naming engine-step annotations (named groups ctx_reqs, ctx_tokens, gen_reqs, gen_tokens)")
-    step_window: Literal["until_next", "annotation"] = Field(
-        "until_next",
-        description="until_next: a step owns everything from its start to the next step's start "
-                    "(vLLM samples outside the annotation); annotation: only inside it")
-    scaling_kinds: list[str] = Field(
-        default_factory=lambda: ["decode"], description="step kinds fitted in the scaling table")
-    include_frontend: bool = Field(False, description="also read vLLM's API-server trace (*.async_llm.*)")
-    backend: Literal["scan", "ijson"] = Field("scan", description="JSON reader: speclab's scanner or ijson")
-    workers: int = Field(1, ge=1, le=64, description="processes reading rank files at once")
-
-    @field_validator("step_patterns")
-    @classmethod
-    def _patterns_compile(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"step pattern {pattern!r} is not a valid regular expression ({exc})") from None
-        return value
-
-    @model_validator(mode="after")
-    def _unique(self) -> ProfileParams:
-        names = [r.name for r in self.buckets]
-        if self.other_bucket in names:
-            raise ValueError(f"other_bucket {self.other_bucket!r} is also a rule name; rename one")
-        return self
-
-    def bucket_names(self) -> list[str]:
-        """Bucket names in rule order (repeated names once), then the unmatched bucket."""
-        seen: list[str] = []
-        for rule in self.buckets:
-            if rule.name not in seen:
-                seen.append(rule.name)
-        return [*seen, self.other_bucket]
-
 
 # --------------------------------------------------------------------------- steps
 
@@ -418,7 +275,7 @@ class _RankResult:
 
 
 def analyse_traces(traces: Sequence[RankTrace], params: ProfileParams | dict[str, Any] | None = None) -> ProfileReport:
-    """Build the report from traces already read (see :func:`speclab.profile_trace.read_traces`)."""
+    """Build the report from traces already read (see :func:`speclab.profiling.trace.read_traces`)."""
     params = _params(params)
     started = time.perf_counter()
     labels = params.bucket_names()
@@ -756,71 +613,3 @@ def _scaling(breakdown: pd.DataFrame, steps: pd.DataFrame, params: ProfileParams
     return pd.DataFrame(rows, columns=columns)
 
 
-# --------------------------------------------------------------------------- plots
-
-
-def plot_step_breakdown(report: ProfileReport, rank: int | None = None, *, kinds: Sequence[str] | None = None,
-                        ax: Any = None) -> Any:
-    """Stacked bars of bucket time per step for one rank (the lowest by default); returns the figure."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    frame = report.breakdown
-    if frame.empty:
-        raise SpeclabError("The report has no engine steps to plot; was the trace captured under load?")
-    rank = int(frame["rank"].min()) if rank is None else rank
-    frame = frame[frame["rank"] == rank]
-    if kinds:
-        frame = frame[frame["step_kind"].isin(kinds)]
-    wide = frame.pivot_table(index="step", columns="bucket", values="time_us", aggfunc="sum", observed=False) / 1000.0
-    wide = wide.loc[:, wide.sum() > 0]
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(max(6.0, min(18.0, 0.12 * len(wide) + 4)), 4.5))
-    else:
-        fig = ax.figure
-    colors = sns.color_palette("tab10", n_colors=max(len(wide.columns), 1))
-    bottom = np.zeros(len(wide))
-    for color, bucket in zip(colors, wide.columns, strict=False):
-        ax.bar(wide.index, wide[bucket].to_numpy(), bottom=bottom, color=color, label=str(bucket), width=0.9)
-        bottom += wide[bucket].to_numpy()
-    ax.set_xlabel("engine step")
-    ax.set_ylabel("time (ms)")
-    ax.set_title(f"Rank {rank}: time per step by bucket")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-def plot_bucket_scaling(report: ProfileReport, rank: int | None = None, *, ax: Any = None) -> Any:
-    """Time per step against tokens per step, one colour per bucket, with the fitted lines
-    of the scaling table (decode steps by default); returns the figure."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    frame = report.breakdown
-    if frame.empty:
-        raise SpeclabError("The report has no engine steps to plot; was the trace captured under load?")
-    rank = int(frame["rank"].min()) if rank is None else rank
-    frame = frame[(frame["rank"] == rank) & frame["step_kind"].isin(report.params.scaling_kinds)]
-    frame = frame[frame.groupby("bucket", observed=True)["time_us"].transform("sum") > 0]
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    else:
-        fig = ax.figure
-    buckets = [str(b) for b in frame["bucket"].astype(str).unique()]
-    palette = dict(zip(buckets, sns.color_palette("tab10", n_colors=max(len(buckets), 1)), strict=False))
-    sns.scatterplot(data=frame.assign(bucket=frame["bucket"].astype(str), time_ms=frame["time_us"] / 1000.0),
-                    x="tokens", y="time_ms", hue="bucket", palette=palette, ax=ax, s=25)
-    fits = report.scaling[(report.scaling["rank"] == rank) & report.scaling["bucket"].isin(buckets)]
-    for row in fits.itertuples():
-        if np.isnan(row.slope_us_per_token):
-            continue
-        xs = np.array([row.tokens_min, row.tokens_max])
-        ax.plot(xs, (row.intercept_us + row.slope_us_per_token * xs) / 1000.0, color=palette[row.bucket],
-                linestyle="-" if row.scales_with_tokens else ":", linewidth=1.2)
-    ax.set_xlabel("tokens per step")
-    ax.set_ylabel("time per step (ms)")
-    ax.set_title(f"Rank {rank}: which buckets grow with tokens per step (solid: significant)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.tight_layout()
-    return fig

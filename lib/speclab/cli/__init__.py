@@ -1,0 +1,51 @@
+"""The ``speclab`` command: the same library functions the notebooks call.
+
+One module per group of subcommands (``server``: setup/serve/probe/explain-seeds; ``bench``;
+``workbook``: run/demo); this module only assembles the parser and turns errors into one sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from speclab.cli import bench, server, workbook
+from speclab.errors import SpeclabError, explain_validation_error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speclab",
+        description="Will speculative decoding pay off on your vLLM/SGLang server? Measure, predict, decide.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for module in (server, bench, workbook):
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: one clear sentence on bad input, never a traceback."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValidationError as exc:
+        print(f"speclab: {explain_validation_error(exc).message}", file=sys.stderr)
+        return 1
+    except SpeclabError as exc:
+        print(f"speclab: {exc.message}", file=sys.stderr)
+        if exc.detail:
+            print(exc.detail, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("speclab: interrupted; servers stopped, measured data kept.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""The transport interface on ``httpx.AsyncClient`` (injectable, so unit tests run on
+``httpx.MockTransport``); fine for notebooks and light loads."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from speclab.client.sse import SSEDecoder, StreamAccumulator
+
+_perf = time.perf_counter
+
+
+class HttpxTransport:
+    """The same interface on ``httpx.AsyncClient``; bytes go through ``SSEDecoder``."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        connect_timeout_s: float,
+        read_timeout_s: float,
+        transport: Any = None,
+    ) -> None:
+        import httpx
+
+        self._httpx = httpx
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=connect_timeout_s,
+                read=read_timeout_s,
+                write=connect_timeout_s,
+                pool=read_timeout_s,
+            ),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            transport=transport,
+            trust_env=False,
+        )
+
+    async def stream(
+        self, url: str, headers: dict[str, str], body: bytes, acc: StreamAccumulator
+    ) -> None:
+        async with self.client.stream("POST", url, content=body, headers=headers) as resp:
+            acc.http_status = resp.status_code
+            if resp.status_code != 200:
+                acc.fail_http(resp.status_code, await resp.aread())
+                return
+            if "application/json" in resp.headers.get("content-type", ""):
+                whole = await resp.aread()
+                acc.feed(_perf(), whole)
+                return
+            decoder = SSEDecoder(acc.feed)
+            async for piece in resp.aiter_bytes():
+                decoder.feed(piece, _perf())
+            decoder.close(_perf())
+
+    async def post_json(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        resp = await self.client.post(url, content=body, headers=headers)
+        return resp.status_code, resp.content
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
