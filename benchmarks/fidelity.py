@@ -25,9 +25,10 @@ from pathlib import Path
 import httpx
 
 from speclab.embedded import model_dir, server_python
-from speclab.loadgen import Plan, PlannedRequest, SweepConfig, measure_sweep
+from speclab.loadgen import SweepConfig, measure_sweep
 from speclab.metrics import scrape_metrics, window
 from speclab.prompts import load_builtin
+from speclab.runfolder import Plan, PlannedRequest
 from speclab.runs import Run
 from speclab.summary import median
 from speclab.target import ServerTarget, serve_target

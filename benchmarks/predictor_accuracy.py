@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from speclab.embedded import default_option
+from speclab.embedded import embedded_option
 from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.predict import (
     calibrate_from_runs,
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-per-category", type=int, default=2)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    options = [default_option(name) for name in args.options.split(",")]
+    options = [embedded_option(name) for name in args.options.split(",")]
     calibration_pool, test_pool = split_prompts(args.calibration_prompts)
     levels = [int(c) for c in args.concurrency.split(",")]
     # Calibrate at the concurrencies predicted: one level per category at the lowest (a

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from speclab.embedded import default_option
+from speclab.embedded import embedded_option
 from speclab.profiling import analyse_profile, trim_trace
 from speclab.profiling.trace import read_trace
 from speclab.runs import Run
@@ -39,7 +39,7 @@ def main() -> int:
         server_dir = Path(tmp) / "server-traces"
         server_dir.mkdir()
         run = Run.create("cpu-trace-fixture", vars(args), kind="profile", run_dir=Path(tmp) / "run")
-        target = ServerTarget(mode="embedded", option=default_option("ngram"), profiler_dir=str(server_dir))
+        target = ServerTarget(mode="embedded", option=embedded_option("ngram"), profiler_dir=str(server_dir))
         from speclab.profiling.capture import capture_profile
 
         with serve_target(target, run) as live:

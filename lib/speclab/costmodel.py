@@ -50,18 +50,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from speclab.errors import SpeclabError
 
 __all__ = [
     "CalibratedStepTime",
     "ComponentStepTime",
-    "PredictorParams",
     "SeedScenario",
     "StepTimeModel",
     "TrafficSlice",
@@ -587,46 +586,3 @@ def explain_seed_ngram_loss(scenario: SeedScenario | None = None, alphas: Sequen
                     "within_measured_band": 1 + lo <= row["speedup"] <= 1 + hi,
                 })
     return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------- params
-
-
-class PredictorParams(BaseModel):
-    """What a notebook's parameters cell gives the predictor (validate YAML with this)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    options: list[dict[str, Any]] = Field(
-        default_factory=lambda: [
-            {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-            {"method": "suffix", "num_speculative_tokens": 8},
-        ],
-        description="speculative options to predict (SpecOption fields)",
-    )
-    calibration_baseline_run: str | None = Field(None, description="baseline run folder of the verify-cost calibration")
-    calibration_spec_run: str | None = Field(None, description="speculative run folder on the same plan")
-    verify_cost: VerifyCost | None = Field(None, description="explicit verify cost instead of calibration runs")
-    k_range: list[int] = Field(default_factory=lambda: list(range(1, 9)), description="k values tried for best k")
-    traffic: list[TrafficSlice] = Field(
-        default_factory=lambda: [TrafficSlice(concurrency=1, hours_per_day=4), TrafficSlice(concurrency=4, hours_per_day=8)],
-        description="expected day: hours at each concurrency",
-    )
-    load_time_s: float | None = Field(None, gt=0, description="restart time; default: the run's manifest")
-    error_target: float = Field(0.10, gt=0, description="acceptable |predicted/measured - 1|")
-    scenario: SeedScenario | None = Field(None, description="the seeds' deployment, for explain_seed_ngram_loss")
-    batch_mix: Literal["category", "level"] = Field(
-        "category", description="category: each category served alone; level: the measured mix"
-    )
-
-    @model_validator(mode="after")
-    def _calibration(self) -> PredictorParams:
-        from speclab.server import SpecOption
-
-        for option in self.options:
-            SpecOption(**option)
-        if (self.calibration_baseline_run is None) != (self.calibration_spec_run is None):
-            raise ValueError("give both calibration_baseline_run and calibration_spec_run, or neither")
-        if any(k < 1 for k in self.k_range):
-            raise ValueError("k_range values must be >= 1")
-        return self

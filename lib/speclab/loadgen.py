@@ -18,7 +18,7 @@ import random
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,19 +27,22 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from speclab.client import LoopLagMonitor, RequestRecord, RequestSpec, Sampling, StreamClient
+from speclab.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
 from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
 from speclab.prompts import Prompt, PromptReuseWarning, distinct_batches, load_prompts, select_prompts
+from speclab.runfolder import (
+    LEVELS_JSONL,
+    REQUESTS_JSONL,
+    SUMMARY_JSON,
+    Plan,
+    PlannedRequest,
+    RequestRecord,
+    write_parquet,
+)
 from speclab.runs import Run, write_json
 from speclab.summary import summarise_level
 from speclab.urls import Endpoint
-
-REQUESTS_JSONL = "requests.jsonl"
-LEVELS_JSONL = "levels.jsonl"
-PLAN_JSON = "plan.json"
-PROMPTS_JSONL = "prompts.jsonl"
-SUMMARY_JSON = "summary.json"
 
 WARMUP_MESSAGES = [{"role": "user", "content": "Say hello in five words."}]
 
@@ -85,59 +88,6 @@ class SweepConfig(BaseModel):
             ignore_eos=self.ignore_eos,
             chat_template_kwargs=self.chat_template_kwargs,
         )
-
-
-@dataclass
-class PlannedRequest:
-    level: int
-    concurrency: int
-    rate: float | None
-    repeat: int
-    prompt_id: str
-    category: str
-    max_tokens: int | None
-
-
-@dataclass
-class Plan:
-    """Which prompt runs at which level/repeat, in send order. Saved with every run."""
-
-    requests: list[PlannedRequest]
-    prompts: dict[str, Prompt]
-    reused_prompts: bool = False
-
-    def levels(self) -> list[tuple[int, int, float | None, int]]:
-        seen: dict[int, tuple[int, int, float | None, int]] = {}
-        for r in self.requests:
-            seen.setdefault(r.level, (r.level, r.concurrency, r.rate, r.repeat))
-        return [seen[k] for k in sorted(seen)]
-
-    def for_level(self, level: int) -> list[PlannedRequest]:
-        return [r for r in self.requests if r.level == level]
-
-    def save(self, folder: Path) -> None:
-        with open(folder / PROMPTS_JSONL, "wb") as handle:
-            for prompt in self.prompts.values():
-                handle.write(orjson.dumps(prompt.to_json()) + b"\n")
-        write_json(folder / PLAN_JSON, {
-            "reused_prompts": self.reused_prompts,
-            "requests": [r.__dict__ for r in self.requests],
-        })
-
-    @classmethod
-    def load(cls, folder: str | Path) -> Plan:
-        folder = Path(folder)
-        if not (folder / PLAN_JSON).exists():
-            raise SpeclabError(
-                f"{folder} holds no {PLAN_JSON}; choose a run folder made by a sweep (01-baseline)."
-            )
-        from speclab.prompts import load_jsonl
-        from speclab.runs import read_json
-
-        data = read_json(folder / PLAN_JSON)
-        prompts = {p.id: p for p in load_jsonl(folder / PROMPTS_JSONL)}
-        requests = [PlannedRequest(**r) for r in data["requests"]]
-        return cls(requests, prompts, bool(data.get("reused_prompts")))
 
 
 def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan:
@@ -491,41 +441,6 @@ def measure_sweep(
         control.close()
         write_parquet(run.path)
     return result
-
-
-def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every request row of a run, from requests.jsonl (a torn last line is skipped)."""
-    path = Path(run_dir) / REQUESTS_JSONL
-    rows: list[dict[str, Any]] = []
-    if not path.exists():
-        return rows
-    with open(path, "rb") as handle:
-        for line in handle:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                rows.append(orjson.loads(line))
-    return rows
-
-
-def write_parquet(run_dir: str | Path) -> Path | None:
-    """requests.parquet from requests.jsonl: one tidy row per request."""
-    import pandas as pd
-
-    rows = read_records(run_dir)
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows)
-    for column in ("chunk_offsets_s", "chunk_tokens", "token_ids", "prompt_token_ids", "tags", "error_examples"):
-        if column in frame:
-            frame[column] = frame[column].map(lambda v: orjson.dumps(v).decode() if v is not None else None)
-    target = Path(run_dir) / "requests.parquet"
-    frame.to_parquet(target, index=False)
-    return target
-
-
-def iter_levels(run_dir: str | Path) -> Iterable[dict[str, Any]]:
-    from speclab.runs import read_json
-
-    return read_json(Path(run_dir) / SUMMARY_JSON)["levels"]
 
 
 def bench(

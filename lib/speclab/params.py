@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.loadgen import SweepConfig
-from speclab.server import SpecOption
+from speclab.options import SpecOption, default_option
 from speclab.target import ServerTarget
 
 Mode = Literal["embedded", "external"]
@@ -177,9 +177,9 @@ class ProfileNotebookParams(_ServerParams):
 
     def option_spec(self) -> SpecOption:
         if self.option == "ngram":
-            return SpecOption(method="ngram", num_speculative_tokens=self.k, prompt_lookup_min=2, prompt_lookup_max=4)
+            return default_option("ngram", self.k)
         if self.option == "suffix":
-            return SpecOption(method="suffix", num_speculative_tokens=self.k)
+            return default_option("suffix", self.k)
         return SpecOption()
 
 
@@ -189,11 +189,6 @@ NOTEBOOK_PARAMS: dict[str, type[_NotebookParams]] = {
     "02-ngram": SpecParams,
     "05-report": ReportParams,
 }
-
-
-def register_params(notebook: str, model: type[_NotebookParams]) -> None:
-    """Other notebooks' modules add their params model here (00-profile, 03, 04)."""
-    NOTEBOOK_PARAMS[notebook] = model
 
 
 def load_params_file(path: str | Path) -> dict[str, Any]:

@@ -45,12 +45,11 @@ from speclab.costmodel import (
     payback_hours,
 )
 from speclab.errors import SpeclabError
+from speclab.options import SpecOption
 from speclab.replay import ReplayResult, baseline_requests, replay_option
-from speclab.server import SpecOption
 
 __all__ = [
     "VerifyCostCalibration",
-    "best_k_from_baseline",
     "calibrate_from_runs",
     "compare_predicted_measured",
     "compare_replay_with_server",
@@ -68,7 +67,7 @@ __all__ = [
 
 
 def _requests(run_dir: str | Path) -> pd.DataFrame:
-    from speclab.loadgen import read_records
+    from speclab.runfolder import read_records
 
     frame = pd.DataFrame(read_records(run_dir))
     if frame.empty:
@@ -127,7 +126,7 @@ def level_timings(run_dir: str | Path, by_category: bool = False) -> pd.DataFram
 
 
 def _summary_levels(run_dir: str | Path) -> dict[int, dict[str, Any]]:
-    from speclab.loadgen import iter_levels
+    from speclab.runfolder import iter_levels
 
     return {int(lv["level"]): lv for lv in iter_levels(run_dir)}
 
@@ -220,7 +219,8 @@ def plan_per_category(
     ``split_concurrency``: only levels at these concurrencies are split (default: all);
     the others keep their mix of categories, and so fill their batch.
     """
-    from speclab.loadgen import Plan, PlannedRequest, plan_sweep
+    from speclab.loadgen import plan_sweep
+    from speclab.runfolder import Plan, PlannedRequest
 
     plan = plan_sweep(config, list(prompts) if prompts is not None else None)
     requests: list[PlannedRequest] = []
@@ -352,29 +352,6 @@ def predict_from_baseline(
                       "cost_model": cost_model.verify.source, "batch_mix": batch_mix})
     out["proposer_impl"] = replay.proposer_impl
     return out
-
-
-def best_k_from_baseline(
-    baseline_run_dir: str | Path,
-    option: SpecOption,
-    cost_model: CalibratedStepTime,
-    ks: Sequence[int] = range(1, 9),
-    category: str = "all",
-) -> pd.DataFrame:
-    """Predicted speedup per k x concurrency (replaying ``option`` at every k); ``best``
-    marks the k with the highest predicted speedup at each concurrency."""
-    requests = baseline_requests(baseline_run_dir)
-    max_len = _max_len(baseline_run_dir)
-    frames = []
-    for k in ks:
-        variant = option.model_copy(update={"num_speculative_tokens": k})
-        table = predict_from_baseline(baseline_run_dir, variant, cost_model,
-                                      replay=replay_option(requests, variant, max_len))
-        frames.append(table[table["category"] == category].assign(k=k))
-    out = pd.concat(frames, ignore_index=True)
-    out["best"] = out.groupby("concurrency")["predicted_speedup"].transform("max") == out["predicted_speedup"]
-    first = ["category", "concurrency", "k", "predicted_speedup", "best"]
-    return out[first + [c for c in out.columns if c not in first]]
 
 
 def _max_len(run_dir: str | Path) -> int:

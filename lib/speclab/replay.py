@@ -53,7 +53,7 @@ from typing import Any
 import pandas as pd
 
 from speclab.errors import SpeclabError
-from speclab.server import SpecOption
+from speclab.options import SpecOption
 
 __all__ = [
     "ReplayResult",
@@ -262,7 +262,7 @@ def baseline_requests(run_dir: str | Path) -> pd.DataFrame:
     Raises SpeclabError when the run lacks token ids (a server without
     ``return_token_ids``) or was not run at temperature 0.
     """
-    from speclab.loadgen import read_records
+    from speclab.runfolder import read_records
     from speclab.runs import read_json
 
     run_dir = Path(run_dir)

@@ -12,7 +12,7 @@ from speclab import compare
 from speclab import workbook as wb
 from speclab.errors import SpeclabError
 from speclab.params import ReportParams
-from speclab.results import RunData, latest_run, load_run
+from speclab.runfolder import RunData, latest_run, load_run
 from speclab.runs import list_runs, read_json
 
 VERDICT_COLOURS = {compare.FASTER: "#c8e6c9", compare.SLOWER: "#ffcdd2", compare.UNCLEAR: "#eeeeee"}

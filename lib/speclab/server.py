@@ -21,106 +21,14 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
+from speclab.options import Engine, SpecOption
 from speclab.urls import Endpoint
-
-Engine = Literal["vllm", "sglang"]
-Method = Literal["baseline", "ngram", "suffix", "eagle3", "draft_model"]
-
-
-class SpecOption(BaseModel):
-    """One speculative-decoding option; ``baseline`` means speculation off."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    method: Method = Field("baseline", description="baseline | ngram | suffix | eagle3 | draft_model")
-    num_speculative_tokens: int | None = Field(
-        None, ge=1, le=64, description="k, tokens drafted per step (engine default when unset)"
-    )
-    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram: shortest n-gram matched")
-    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram: longest n-gram matched")
-    model: str | None = Field(None, description="eagle3 / draft_model: drafter path or hub id")
-    extra: dict[str, Any] = Field(
-        default_factory=dict, description="further --speculative-config keys, passed through"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> SpecOption:
-        if self.method == "baseline" and (
-            self.num_speculative_tokens or self.model or self.prompt_lookup_min
-        ):
-            raise ValueError("method 'baseline' takes no speculative settings; pick a method")
-        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError("prompt_lookup_min must not exceed prompt_lookup_max")
-        return self
-
-    @property
-    def label(self) -> str:
-        """Short human label, e.g. ``ngram k=4 (2..4)``."""
-        if self.method == "baseline":
-            return "baseline"
-        parts = [self.method]
-        if self.num_speculative_tokens:
-            parts.append(f"k={self.num_speculative_tokens}")
-        if self.method == "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):
-            parts.append(f"({self.prompt_lookup_min or '-'}..{self.prompt_lookup_max or '-'})")
-        return " ".join(parts)
-
-    def vllm_speculative_config(self) -> dict[str, Any] | None:
-        """The JSON object for vLLM's ``--speculative-config`` (None for baseline)."""
-        if self.method == "baseline":
-            return None
-        config: dict[str, Any] = {"method": self.method}
-        if self.model:
-            config["model"] = self.model
-        if self.num_speculative_tokens is not None:
-            config["num_speculative_tokens"] = self.num_speculative_tokens
-        if self.method == "ngram":
-            if self.prompt_lookup_min is not None:
-                config["prompt_lookup_min"] = self.prompt_lookup_min
-            if self.prompt_lookup_max is not None:
-                config["prompt_lookup_max"] = self.prompt_lookup_max
-        config.update(self.extra)
-        return config
-
-    def sglang_args(self) -> list[str]:
-        """SGLang ``launch_server`` flags for this option (empty for baseline)."""
-        if self.method == "baseline":
-            return []
-        if self.method == "suffix":
-            raise SpeclabError(
-                "SGLang has no suffix decoding; use method 'ngram' on SGLang or run suffix on vLLM."
-            )
-        algorithm = {"ngram": "NGRAM", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}[self.method]
-        args = ["--speculative-algorithm", algorithm]
-        k = self.num_speculative_tokens
-        if self.method == "ngram":
-            # SGLang verifies k draft tokens per step; its match window plays prompt_lookup's role.
-            if k is not None:
-                args += ["--speculative-num-draft-tokens", str(k)]
-            if self.prompt_lookup_min is not None:
-                args += ["--speculative-ngram-min-match-window-size", str(self.prompt_lookup_min)]
-            if self.prompt_lookup_max is not None:
-                args += ["--speculative-ngram-max-match-window-size", str(self.prompt_lookup_max)]
-        else:
-            args += ["--speculative-draft-model-path", str(self.model)]
-            if k is not None:
-                # SGLang wants steps, topk and draft tokens set together (domain.md section 6);
-                # a chain (topk 1) of k steps verifies k + 1 tokens.
-                args += [
-                    "--speculative-num-steps", str(k),
-                    "--speculative-eagle-topk", "1",
-                    "--speculative-num-draft-tokens", str(k + 1),
-                ]
-        for key, value in self.extra.items():
-            args += ["--" + key.replace("_", "-"), str(value)]
-        return args
 
 
 class ServerLaunch(BaseModel):

@@ -11,15 +11,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from speclab.client import RequestRecord
 from speclab.metrics import CounterWindow
-
-LEVEL_KEYS = (
-    "concurrency", "rate", "requests", "errors", "output_tokens", "duration_s", "output_tok_s",
-    "ttft_s_median", "ttft_s_p99", "tpot_s_median", "tpot_s_p99", "e2e_s_median",
-    "tokens_per_chunk_mean", "acceptance_rate", "mean_acceptance_length",
-    "server_tpot_s_mean", "server_ttft_s_mean", "foreign_traffic",
-)
+from speclab.runfolder import RequestRecord
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity, contradictions, probe_server
+from speclab.options import SpecOption
 from speclab.runs import Run
-from speclab.server import ManagedServer, ServerLaunch, SpecOption, free_port
+from speclab.server import ManagedServer, ServerLaunch, free_port
 from speclab.urls import Endpoint
 
 
@@ -103,9 +104,9 @@ def _launch_for(target: ServerTarget) -> ServerLaunch:
 
     option = target.option
     if option.method == "eagle3" and not option.model:
-        from speclab.embedded import default_option
+        from speclab.embedded import embedded_option
 
-        option = default_option("eagle3", option.num_speculative_tokens)
+        option = embedded_option("eagle3", option.num_speculative_tokens)
     return embedded_launch(
         option,
         port=target.port or free_port(),

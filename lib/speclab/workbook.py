@@ -9,11 +9,11 @@ import pandas as pd
 
 from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity
-from speclab.loadgen import Plan, SweepResult, measure_sweep
+from speclab.loadgen import SweepResult, measure_sweep
+from speclab.options import SpecOption, default_option
 from speclab.params import BaselineParams, SpecParams
-from speclab.results import RunData, latest_run, load_run
+from speclab.runfolder import Plan, RunData, latest_run, load_run
 from speclab.runs import Run
-from speclab.server import SpecOption
 from speclab.target import serve_target
 
 
@@ -184,7 +184,7 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     cost_model.json so 02-ngram and 05-report predict with the same model.
     """
     from speclab.costmodel import VerifyCost
-    from speclab.embedded import default_option
+    from speclab.embedded import embedded_option
     from speclab.predict import measure_verify_cost
     from speclab.prompts import load_prompts
 
@@ -194,7 +194,7 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
         pool = [p for p in load_prompts(params.prompts, params.categories) if p.id not in used]
         config = params.sweep(params.api_key_env).model_copy(update={
             "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1})
-        target = params.target(default_option("ngram"))
+        target = params.target(embedded_option("ngram"))
         calibration = measure_verify_cost(target, config, prompts=pool, progress=progress,
                                           outputs_root=run.path / "calibration")
         record.update(calibration_baseline_run=str(calibration.baseline_run),
@@ -235,10 +235,9 @@ def prediction_options(methods: list[str], ngram_k: int, suffix_k: int) -> list[
     options = []
     for method in methods:
         if method == "ngram":
-            options.append(SpecOption(method="ngram", num_speculative_tokens=ngram_k, prompt_lookup_min=2,
-                                      prompt_lookup_max=4))
+            options.append(default_option("ngram", ngram_k))
         else:
-            options.append(SpecOption(method=method, num_speculative_tokens=suffix_k))
+            options.append(default_option(method, suffix_k))
     return options
 
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from speclab.client import RequestSpec, Sampling, StreamClient
-from speclab.embedded import default_option
+from speclab.embedded import embedded_option
 from speclab.metrics import scrape_metrics, spec_decode_info, window
 from speclab.prompts import load_builtin
 from speclab.runs import Run
@@ -34,7 +34,7 @@ async def _stream(endpoint, model, prompts) -> list:
 def test_start_stream_count_stop(method: str) -> None:
     prompts = load_builtin(["code_editing"])[:3]
     run = Run.create(f"it-{method}", {}, kind="test")
-    with serve_target(ServerTarget(option=default_option(method)), run) as live:
+    with serve_target(ServerTarget(option=embedded_option(method)), run) as live:
         pid = live.managed.pid
         assert live.identity.load_time_s and live.identity.load_time_s < 240
         assert live.identity.observed_method == method

@@ -13,7 +13,7 @@ import fcntl
 import pandas as pd
 import pytest
 
-from speclab.embedded import default_option
+from speclab.embedded import embedded_option
 from speclab.loadgen import SweepConfig, bench
 from speclab.predict import (
     compare_predicted_measured,
@@ -49,7 +49,7 @@ def lock(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def calibration(lock):
-    spec = ServerTarget(dtype="float32", option=default_option("ngram"))
+    spec = ServerTarget(dtype="float32", option=embedded_option("ngram"))
     return measure_verify_cost(spec, CONFIG, name="it-replay")
 
 
@@ -83,7 +83,7 @@ def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
 
 def test_suffix_replay_tracks_the_suffix_server(calibration, lock) -> None:
     plan = plan_per_category(CONFIG)
-    target = ServerTarget(dtype="float32", option=default_option("suffix"))
+    target = ServerTarget(dtype="float32", option=embedded_option("suffix"))
     spec = bench(target, CONFIG, name="it-replay-suffix", plan=plan, progress=False)
     replay = replay_suffix(baseline_requests(calibration.baseline_run), target.option)
     table = compare_replay_with_server(calibration.baseline_run, spec.run_dir, option=target.option, replay=replay)

@@ -13,7 +13,6 @@ import yaml
 
 from speclab.costmodel import (
     CalibratedStepTime,
-    PredictorParams,
     SeedScenario,
     VerifyCost,
     best_k,
@@ -195,21 +194,6 @@ def test_seed_scenario_round_trips_through_yaml() -> None:
     assert again == SeedScenario()
     with pytest.raises(ValueError):
         SeedScenario(decode_budget={"all_reduce": 0.9, "moe_gemm": 0.2})
-
-
-def test_predictor_params_validate() -> None:
-    params = PredictorParams.model_validate(yaml.safe_load("""
-options:
-  - {method: ngram, num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 4}
-traffic:
-  - {concurrency: 1, hours_per_day: 6}
-verify_cost: {overhead_s: 0.003, per_token_s: 0.002}
-"""))
-    assert params.verify_cost.per_token_s == 0.002
-    with pytest.raises(ValueError):
-        PredictorParams(options=[{"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 2}])
-    with pytest.raises(ValueError):
-        PredictorParams(calibration_baseline_run="x")
 
 
 # --------------------------------------------------------------------------- notebook API on recorded runs

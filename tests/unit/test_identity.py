@@ -8,7 +8,7 @@ import pytest
 
 from speclab.errors import SpeclabError
 from speclab.identity import contradictions, probe_server, speculative_config_from_argv
-from speclab.server import SpecOption
+from speclab.options import SpecOption
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 METRICS = DATA / "metrics"

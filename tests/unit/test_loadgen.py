@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from speclab.loadgen import Plan, SweepConfig, measure_sweep, plan_sweep, read_records
+from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.prompts import load_builtin
+from speclab.runfolder import LEVEL_KEYS, Plan, read_records
 from speclab.runs import Run
-from speclab.summary import LEVEL_KEYS
 from tests.fakes.fake_openai import FakeOpenAI
 
 

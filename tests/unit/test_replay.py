@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from speclab.embedded import server_python
+from speclab.options import SpecOption
 from speclab.replay import (
     ReplayStep,
     baseline_requests,
@@ -20,7 +21,6 @@ from speclab.replay import (
     replay_suffix,
     summarise_steps,
 )
-from speclab.server import SpecOption
 
 DATA = Path(__file__).parents[1] / "data" / "predict"
 NGRAM = SpecOption(method="ngram", num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=4)

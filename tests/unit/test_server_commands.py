@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from speclab.errors import SpeclabError
-from speclab.server import ServerLaunch, SpecOption
+from speclab.options import SpecOption
+from speclab.server import ServerLaunch
 
 
 def flag_value(cmd: list[str], flag: str) -> str:

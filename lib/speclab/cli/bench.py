@@ -10,10 +10,10 @@ from speclab.errors import SpeclabError
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from speclab.embedded import default_option
+    from speclab.embedded import embedded_option
     from speclab.loadgen import SweepConfig, bench
-    from speclab.server import SpecOption
-    from speclab.summary import LEVEL_KEYS
+    from speclab.options import SpecOption
+    from speclab.runfolder import LEVEL_KEYS
     from speclab.target import ServerTarget
 
     if args.out and (Path(args.out) / "manifest.json").exists():
@@ -24,7 +24,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         target = ServerTarget(mode="external", endpoint=args.endpoint, option=option,
                               strict_option=not args.any_option)
     else:
-        target = ServerTarget(mode="embedded", option=default_option(args.option, args.k))
+        target = ServerTarget(mode="embedded", option=embedded_option(args.option, args.k))
     chat_kwargs = None if args.thinking is None else {"enable_thinking": args.thinking == "on"}
     config = SweepConfig(
         concurrency=args.concurrency, rate=args.rate, prompts=args.prompts,

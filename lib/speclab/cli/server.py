@@ -16,11 +16,11 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from speclab.embedded import default_option
+    from speclab.embedded import embedded_option
     from speclab.runs import Run
     from speclab.target import ServerTarget, serve_target
 
-    option = default_option(args.option, args.k)
+    option = embedded_option(args.option, args.k)
     target = ServerTarget(mode="embedded", option=option, port=args.port, dtype=args.dtype)
     run = Run.create(f"serve-{args.option}", target.model_dump(mode="json"), kind="serve")
     with run.recording(), serve_target(target, run) as live:
@@ -39,7 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     from speclab.identity import contradictions, probe_server
-    from speclab.server import SpecOption
+    from speclab.options import SpecOption
 
     identity = probe_server(args.endpoint)
     width = max(len(k) for k, _ in identity.summary_rows())

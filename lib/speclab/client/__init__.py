@@ -18,10 +18,11 @@ server's usage, never from counting words.
 """
 
 from speclab.client.harness import LoopLagMonitor, measure_loop_lag, use_uvloop
-from speclab.client.records import RequestRecord, RequestSpec, Sampling, TransportName
+from speclab.client.records import RequestSpec, Sampling, TransportName
 from speclab.client.sse import SSEDecoder, StreamAccumulator
 from speclab.client.stream import StreamClient
 from speclab.client.transport import Transport
+from speclab.runfolder import RequestRecord
 
 __all__ = [
     "LoopLagMonitor",

@@ -16,10 +16,11 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 from speclab.client.fast import FastTransport
-from speclab.client.records import RequestRecord, RequestSpec, Sampling, TransportName
+from speclab.client.records import RequestSpec, Sampling, TransportName
 from speclab.client.sse import StreamAccumulator
 from speclab.client.transport import Transport
 from speclab.client.via_httpx import HttpxTransport
+from speclab.runfolder import RequestRecord
 
 _perf = time.perf_counter
 # What servers say when they reject a field they do not know (pydantic "extra_forbidden",
