@@ -24,13 +24,14 @@ from pathlib import Path
 
 import httpx
 
-from speclab.embedded import model_dir, server_python
+from speclab.embedded import model_dir
 from speclab.loadgen import SweepConfig, measure_sweep
 from speclab.metrics import scrape_metrics, window
+from speclab.paths import server_python
 from speclab.prompts import load_builtin
 from speclab.runfolder import Plan, PlannedRequest
 from speclab.runs import Run
-from speclab.summary import median
+from speclab.stats import median
 from speclab.target import ServerTarget, serve_target
 
 CLI = Path(__file__).resolve().parents[1] / "lib" / "speclab" / "scripts" / "vllm_cli.py"

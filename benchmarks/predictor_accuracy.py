@@ -30,13 +30,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from speclab.calibration import plan_per_category
 from speclab.embedded import embedded_option
 from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.predict import (
     calibrate_from_runs,
     compare_predicted_measured,
     compare_replay_with_server,
-    plan_per_category,
     predict_from_baseline,
 )
 from speclab.prompts import load_builtin

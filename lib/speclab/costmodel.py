@@ -23,7 +23,7 @@ schedules no draft when its proposer finds nothing) and ``T(B, n)`` the step tim
   draft tokens verified (``d_draft_tokens``) and the number of steps
   (``sum(output_tokens - 1) - d_accepted``), so each level is a point
   (extra verified tokens per step, extra step time). Levels of one category each
-  (:func:`speclab.predict.plan_per_category`) spread those points; levels at the
+  (:func:`speclab.calibration.plan_per_category`) spread those points; levels at the
   concurrencies to be predicted cover the range. ``overhead_s`` and ``per_token_s`` come
   from a non-negative least-squares fit, the exponent from a search in [0.5, 1].
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from speclab.errors import SpeclabError
 from speclab.options import SpecOption, default_option
+from speclab.paths import cache_dir, repo_root, server_python
 from speclab.server import ServerLaunch
 
 SERVED_MODEL_NAME = "smollm2-135m"
@@ -27,31 +28,6 @@ EMBEDDED_OPTIONS = ("baseline", "ngram", "suffix", "eagle3")
 
 
 _SCRIPTS = Path(__file__).parent / "scripts"
-
-
-def repo_root() -> Path:
-    """The checkout speclab runs from (editable install), else the working directory."""
-    candidate = Path(__file__).resolve().parents[2]
-    if (candidate / "pyproject.toml").exists() and (candidate / "notebooks").exists():
-        return candidate
-    return Path.cwd()
-
-
-def cache_dir() -> Path:
-    """Where converted models and drafter heads live (``SPECLAB_CACHE`` or ~/.cache/speclab)."""
-    root = os.environ.get("SPECLAB_CACHE") or Path.home() / ".cache" / "speclab"
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def server_python() -> Path:
-    """The embedded server venv's interpreter (``SPECLAB_SERVER_PYTHON`` overrides)."""
-    override = os.environ.get("SPECLAB_SERVER_PYTHON")
-    if override:
-        return Path(override)
-    venv = os.environ.get("SPECLAB_SERVER_VENV") or repo_root() / ".venv-server"
-    return Path(venv) / "bin" / "python"
 
 
 def ensure_server_venv() -> Path:

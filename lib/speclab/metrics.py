@@ -29,6 +29,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from speclab.errors import SpeclabError
+from speclab.options import Engine
 from speclab.urls import Endpoint
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "window",
 ]
 
-Engine = Literal["vllm", "sglang"]
 Labels = tuple[tuple[str, str], ...]
 SampleKey = tuple[str, Labels]
 

@@ -5,8 +5,8 @@ The notebook-facing layer over :mod:`speclab.replay` (what would be accepted) an
 
 * :func:`predict_from_baseline`: category x concurrency, predicted acceptance, tok/s,
   speedup and break-even, from a baseline run folder alone plus a calibrated cost model.
-* :func:`measure_verify_cost`: the calibration measurement (a baseline and a speculative
-  run of the same per-category plan against real servers) and its fit.
+* :func:`calibrate_from_runs`: the step-time model fitted from a baseline and a speculative
+  run of the same plan (the runs themselves are made by :mod:`speclab.calibration`).
 * :func:`compare_predicted_measured`: predicted vs measured speedup per category x
   concurrency once the option has been run; :func:`compare_replay_with_server`: replayed
   vs server counter deltas per level.
@@ -16,13 +16,11 @@ Speedup is per stream, from decode time: ``TPOT_baseline / TPOT_spec`` with
 ``TPOT = sum(e2e - ttft) / sum(output_tokens - 1)`` over a group's requests (TTFT is
 prefill, which speculation does not change).
 
-In a notebook::
+This module reads run folders and parameters only; it starts nothing. In a notebook::
 
-    cal = measure_verify_cost(ServerTarget(option=default_option("ngram")),
-                              SweepConfig(concurrency=[1, 4, 8], per_category=2, max_tokens=128),
-                              prompts=calibration_prompts, split_concurrency=[1])
-    predict_from_baseline(baseline_run_dir, default_option("suffix"), cal.model)
-    compare_predicted_measured(baseline_run_dir, ngram_run_dir, cost_model=cal.model)
+    model = calibrate_from_runs(calibration_baseline_dir, calibration_ngram_dir)
+    predict_from_baseline(baseline_run_dir, default_option("suffix"), model)
+    compare_predicted_measured(baseline_run_dir, ngram_run_dir, cost_model=model)
     restart_payback(prediction, [{"concurrency": 4, "hours_per_day": 8}], baseline_run_dir=...)
 """
 
@@ -31,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,13 +46,10 @@ from speclab.options import SpecOption
 from speclab.replay import ReplayResult, baseline_requests, replay_option
 
 __all__ = [
-    "VerifyCostCalibration",
     "calibrate_from_runs",
     "compare_predicted_measured",
     "compare_replay_with_server",
     "level_timings",
-    "measure_verify_cost",
-    "plan_per_category",
     "predict_from_baseline",
     "restart_payback",
     "run_option",
@@ -208,76 +202,6 @@ def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path) 
     points = spec_level_points(baseline_run_dir, spec_run_dir)
     source = f"fit: {Path(baseline_run_dir).name} + {Path(spec_run_dir).name}"
     return fit_step_time(base[["batch", "step_s"]], points, source=source)
-
-
-def plan_per_category(
-    config: Any, prompts: Sequence[Any] | None = None, split_concurrency: Sequence[int] | None = None
-) -> Any:
-    """A sweep plan where every level holds one category (levels: concurrency x repeat x
-    category), so a speculative run's counter deltas are per category.
-
-    ``split_concurrency``: only levels at these concurrencies are split (default: all);
-    the others keep their mix of categories, and so fill their batch.
-    """
-    from speclab.loadgen import plan_sweep
-    from speclab.runfolder import Plan, PlannedRequest
-
-    plan = plan_sweep(config, list(prompts) if prompts is not None else None)
-    requests: list[PlannedRequest] = []
-    level = -1
-    for old_level, concurrency, *_ in plan.levels():
-        by_cat: dict[str, list[PlannedRequest]] = {}
-        for r in plan.for_level(old_level):
-            key = r.category if split_concurrency is None or concurrency in split_concurrency else "mix"
-            by_cat.setdefault(key, []).append(r)
-        for items in by_cat.values():
-            level += 1
-            requests.extend(PlannedRequest(**{**r.__dict__, "level": level}) for r in items)
-    return Plan(requests, plan.prompts, plan.reused_prompts)
-
-
-@dataclass
-class VerifyCostCalibration:
-    """What :func:`measure_verify_cost` measured and fitted."""
-
-    model: CalibratedStepTime
-    baseline_run: Path
-    spec_run: Path
-    points: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-
-def measure_verify_cost(
-    spec_target: Any,
-    config: Any,
-    *,
-    baseline_target: Any | None = None,
-    prompts: Sequence[Any] | None = None,
-    split_concurrency: Sequence[int] | None = None,
-    name: str = "verify-cost",
-    progress: bool = False,
-    outputs_root: str | Path | None = None,
-) -> VerifyCostCalibration:
-    """Measure the cost of verifying drafts on real servers and fit the step-time model.
-
-    Runs one per-category plan (:func:`plan_per_category`; ``split_concurrency`` picks the
-    levels split by category) twice: on ``baseline_target``
-    (default: ``spec_target`` with speculation off) and on ``spec_target`` (a
-    :class:`speclab.target.ServerTarget` with a speculative option); each is a run folder
-    of its own. Then fits :func:`calibrate_from_runs`. Use prompts other than the ones
-    you will predict for, and the concurrencies you will predict at.
-    """
-    from speclab.loadgen import bench
-
-    if spec_target.option.method == "baseline":
-        raise SpeclabError("measure_verify_cost needs a speculative option on spec_target (e.g. ngram).")
-    baseline_target = baseline_target or spec_target.model_copy(update={"option": SpecOption()})
-    plan = plan_per_category(config, prompts, split_concurrency)
-    base = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress,
-                 outputs_root=outputs_root)
-    spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress,
-                 outputs_root=outputs_root)
-    model = calibrate_from_runs(base.run_dir, spec.run_dir)
-    return VerifyCostCalibration(model, base.run_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())
 
 
 # --------------------------------------------------------------------------- predictions

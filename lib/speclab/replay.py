@@ -54,6 +54,7 @@ import pandas as pd
 
 from speclab.errors import SpeclabError
 from speclab.options import SpecOption
+from speclab.paths import server_python
 
 __all__ = [
     "ReplayResult",
@@ -423,8 +424,6 @@ def replay_suffix(
     tie-breaking between equally frequent continuations may differ) or ``"auto"``
     (arctic where importable).
     """
-    from speclab.embedded import server_python
-
     settings = _suffix_settings(option)
     settings["max_model_len"] = max_model_len
     settings["implementation"] = implementation

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from speclab.errors import SpeclabError
+from speclab.paths import repo_root
 
 MANIFEST = "manifest.json"
 PACKAGES = (
@@ -43,8 +44,6 @@ def default_outputs_root() -> Path:
     env = os.environ.get("SPECLAB_OUTPUTS")
     if env:
         return Path(env)
-    from speclab.embedded import repo_root
-
     return repo_root() / "outputs"
 
 
@@ -105,8 +104,6 @@ def redact_argv(argv: list[str]) -> list[str]:
 
 def git_state(path: Path | None = None) -> dict[str, Any]:
     """The checkout's commit and whether it has uncommitted changes (None outside git)."""
-    from speclab.embedded import repo_root
-
     cwd = path or repo_root()
     try:
         sha = subprocess.run(

@@ -183,9 +183,9 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
     cost_model.json so 02-ngram and 05-report predict with the same model.
     """
+    from speclab.calibration import measure_verify_cost
     from speclab.costmodel import VerifyCost
     from speclab.embedded import embedded_option
-    from speclab.predict import measure_verify_cost
     from speclab.prompts import load_prompts
 
     record: dict[str, Any] = {"source": params.verify_cost}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from speclab.embedded import server_python
 from speclab.options import SpecOption
+from speclab.paths import server_python
 from speclab.replay import (
     ReplayStep,
     baseline_requests,

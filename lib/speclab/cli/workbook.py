@@ -8,6 +8,7 @@ from typing import Any
 
 from speclab.errors import SpeclabError
 from speclab.params import NOTEBOOK_PARAMS, load_params_file, parse_override
+from speclab.paths import repo_root
 from speclab.runs import Run, new_run_dir
 
 # The demo's sequence on the embedded default: (notebook, params file, label).
@@ -22,8 +23,6 @@ DEMO_SEQUENCE = (
 
 def notebook_path(name: str) -> Path:
     """notebooks/<name>.ipynb of the checkout, with one clear sentence when absent."""
-    from speclab.embedded import repo_root
-
     folder = repo_root() / "notebooks"
     path = folder / f"{name.removesuffix('.ipynb')}.ipynb"
     if not path.exists():
@@ -111,8 +110,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = ()) -> Path:
     """The whole workbook on the embedded default; returns the final report's run folder."""
-    from speclab.embedded import repo_root
-
     last: Path | None = None
     for notebook, params_file in DEMO_SEQUENCE:
         if notebook in skip or not (repo_root() / "notebooks" / f"{notebook}.ipynb").exists():

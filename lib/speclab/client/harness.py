@@ -7,6 +7,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+from speclab.stats import quantile
+
 _perf = time.perf_counter
 
 
@@ -18,13 +20,6 @@ def use_uvloop() -> bool:
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
-
-
-def _quantile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[idx]
 
 
 class LoopLagMonitor:
@@ -65,11 +60,11 @@ class LoopLagMonitor:
 
     @property
     def p50_s(self) -> float | None:
-        return _quantile(sorted(self.samples_s), 0.5)
+        return quantile(self.samples_s, 0.5)
 
     @property
     def p99_s(self) -> float | None:
-        return _quantile(sorted(self.samples_s), 0.99)
+        return quantile(self.samples_s, 0.99)
 
     @property
     def max_s(self) -> float | None:
@@ -80,8 +75,8 @@ class LoopLagMonitor:
         values = sorted(self.samples_s)
         return {
             "samples": len(values),
-            "p50_s": _quantile(values, 0.5),
-            "p99_s": _quantile(values, 0.99),
+            "p50_s": quantile(values, 0.5),
+            "p99_s": quantile(values, 0.99),
             "max_s": values[-1] if values else None,
             "mean_s": sum(values) / len(values) if values else None,
         }

@@ -1,0 +1,88 @@
+"""The verify-cost calibration run: a baseline and a speculative run of one per-category plan on
+real servers, fitted into the step-time model the predictor uses.
+
+This is orchestration (it starts servers and sweeps them), so it lives here, above the pure
+analysis in :mod:`speclab.predict` and :mod:`speclab.costmodel`, which only read the folders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from speclab.costmodel import CalibratedStepTime
+from speclab.errors import SpeclabError
+from speclab.loadgen import SweepConfig, bench, plan_sweep
+from speclab.options import SpecOption
+from speclab.predict import calibrate_from_runs
+from speclab.prompts import Prompt
+from speclab.runfolder import Plan, PlannedRequest
+from speclab.target import ServerTarget
+
+
+def plan_per_category(
+    config: SweepConfig, prompts: Sequence[Prompt] | None = None, split_concurrency: Sequence[int] | None = None
+) -> Plan:
+    """A sweep plan where every level holds one category (levels: concurrency x repeat x
+    category), so a speculative run's counter deltas are per category.
+
+    ``split_concurrency``: only levels at these concurrencies are split (default: all);
+    the others keep their mix of categories, and so fill their batch.
+    """
+    plan = plan_sweep(config, list(prompts) if prompts is not None else None)
+    requests: list[PlannedRequest] = []
+    level = -1
+    for old_level, concurrency, *_ in plan.levels():
+        by_cat: dict[str, list[PlannedRequest]] = {}
+        for r in plan.for_level(old_level):
+            key = r.category if split_concurrency is None or concurrency in split_concurrency else "mix"
+            by_cat.setdefault(key, []).append(r)
+        for items in by_cat.values():
+            level += 1
+            requests.extend(PlannedRequest(**{**r.__dict__, "level": level}) for r in items)
+    return Plan(requests, plan.prompts, plan.reused_prompts)
+
+
+@dataclass
+class VerifyCostCalibration:
+    """What :func:`measure_verify_cost` measured and fitted."""
+
+    model: CalibratedStepTime
+    baseline_run: Path
+    spec_run: Path
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def measure_verify_cost(
+    spec_target: ServerTarget,
+    config: SweepConfig,
+    *,
+    baseline_target: ServerTarget | None = None,
+    prompts: Sequence[Prompt] | None = None,
+    split_concurrency: Sequence[int] | None = None,
+    name: str = "verify-cost",
+    progress: bool = False,
+    outputs_root: str | Path | None = None,
+) -> VerifyCostCalibration:
+    """Measure the cost of verifying drafts on real servers and fit the step-time model.
+
+    Runs one per-category plan (:func:`plan_per_category`; ``split_concurrency`` picks the
+    levels split by category) twice: on ``baseline_target``
+    (default: ``spec_target`` with speculation off) and on ``spec_target`` (a
+    :class:`speclab.target.ServerTarget` with a speculative option); each is a run folder
+    of its own. Then fits :func:`calibrate_from_runs`. Use prompts other than the ones
+    you will predict for, and the concurrencies you will predict at.
+    """
+    if spec_target.option.method == "baseline":
+        raise SpeclabError("measure_verify_cost needs a speculative option on spec_target (e.g. ngram).")
+    baseline_target = baseline_target or spec_target.model_copy(update={"option": SpecOption()})
+    plan = plan_per_category(config, prompts, split_concurrency)
+    base = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress,
+                 outputs_root=outputs_root)
+    spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress,
+                 outputs_root=outputs_root)
+    model = calibrate_from_runs(base.run_dir, spec.run_dir)
+    return VerifyCostCalibration(model, base.run_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())
