@@ -21,11 +21,10 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from speclab.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
@@ -42,52 +41,10 @@ from speclab.runfolder import (
 )
 from speclab.runs import Run, write_json
 from speclab.summary import summarise_level
+from speclab.sweep import SweepConfig
 from speclab.urls import Endpoint
 
 WARMUP_MESSAGES = [{"role": "user", "content": "Say hello in five words."}]
-
-
-class SweepConfig(BaseModel):
-    """What to send and how hard: the same fields in params files, the CLI and notebooks."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    concurrency: list[int] = Field([1, 4], description="closed-loop concurrency levels to sweep")
-    rate: float | None = Field(
-        None, gt=0, description="Poisson arrivals (req/s) instead of closed loop; concurrency caps in-flight"
-    )
-    prompts: str | None = Field(None, description="None/'builtin', a .jsonl file or a ShareGPT .json")
-    categories: list[str] | None = Field(None, description="categories to use (all when unset)")
-    per_category: int = Field(3, ge=1, description="prompts per category per level and repeat")
-    repeats: int = Field(1, ge=1, le=20, description="repeats of each level (distinct prompts each)")
-    warmup_requests: int = Field(2, ge=0, description="unmeasured requests before each level")
-    max_tokens: int | None = Field(None, ge=1, description="overrides each prompt's own max_tokens")
-    temperature: float = Field(0.0, ge=0.0, description="0 = greedy (lossless comparisons)")
-    seed: int | None = Field(0, description="sampling seed sent with every request")
-    ignore_eos: bool = Field(False, description="true distorts acceptance (vllm#52536)")
-    chat_template_kwargs: dict[str, Any] | None = Field(None, description="e.g. {enable_thinking: true}")
-    transport: Literal["fast", "httpx"] = Field("fast", description="fast = raw asyncio reader")
-    workers: int = Field(1, ge=1, le=64, description="client processes sharing the streams")
-    api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
-    reuse_prompts: bool = Field(False, description="allow the same prompt in several levels")
-    reset_prefix_cache: bool = Field(True, description="POST /reset_prefix_cache before each level where served")
-    request_timeout_s: float = Field(600.0, gt=0)
-
-    @field_validator("concurrency")
-    @classmethod
-    def _levels(cls, value: list[int]) -> list[int]:
-        if not value or any(c < 1 for c in value):
-            raise ValueError("give at least one concurrency level, each >= 1")
-        return value
-
-    def sampling(self) -> Sampling:
-        return Sampling(
-            temperature=self.temperature,
-            seed=self.seed,
-            max_tokens=self.max_tokens or 256,
-            ignore_eos=self.ignore_eos,
-            chat_template_kwargs=self.chat_template_kwargs,
-        )
 
 
 def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan:
@@ -197,7 +154,10 @@ async def _level_in_process(
     async with StreamClient(
         endpoint, model,
         transport=config.transport,
-        sampling=config.sampling(),
+        sampling=Sampling(
+            temperature=config.temperature, seed=config.seed, max_tokens=config.max_tokens or 256,
+            ignore_eos=config.ignore_eos, chat_template_kwargs=config.chat_template_kwargs(),
+        ),
         max_connections=max(concurrency * 2, 8),
         read_timeout_s=config.request_timeout_s,
         api_key_env=config.api_key_env,
@@ -385,6 +345,7 @@ def measure_sweep(
     ep = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
     plan = plan or plan_sweep(config)
     plan.save(run.path)
+    run.update(sweep=config.sweep_only().model_dump(mode="json"))
     result = SweepResult(run.path)
     stop = threading.Event()
     control = httpx.Client(timeout=httpx.Timeout(30.0))
@@ -460,7 +421,9 @@ def bench(
     """
     from speclab.target import serve_target
 
-    params = {"target": target.model_dump(mode="json"), "sweep": config.model_dump(mode="json")}
+    # The same manifest shape as a notebook run: flat params, the sweep beside them.
+    params = {"mode": target.mode, "endpoint": target.endpoint, "dtype": target.dtype,
+              "option": target.option.model_dump(mode="json"), **config.sweep_only().model_dump(mode="json")}
     run = Run.create(name, params, kind="bench", run_dir=run_dir, outputs_root=outputs_root)
     arm = target.option.method
     with run.recording(), serve_target(target, run) as live:

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from speclab.errors import SpeclabError, explain_validation_error
-from speclab.loadgen import SweepConfig
-from speclab.options import SpecOption, default_option
+from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, SpecOption, default_option
+from speclab.sweep import SweepConfig
 from speclab.target import ServerTarget
 
 Mode = Literal["embedded", "external"]
@@ -67,40 +67,14 @@ class _ServerParams(_NotebookParams):
         )
 
 
-class _SweepParams(BaseModel):
-    concurrency: list[PositiveInt] = Field([1, 4, 8], min_length=1, description="concurrency levels to sweep")
-    rate: float | None = Field(None, gt=0, description="Poisson request rate instead of closed loop")
-    prompts: str | None = Field(None, description="None = built-in sets; or a .jsonl / ShareGPT .json file")
-    categories: list[str] | None = Field(None, description="categories to run (None = all)")
-    per_category: int = Field(3, ge=1, description="prompts per category per level")
-    repeats: int = Field(1, ge=1, description="repeats per level (distinct prompts)")
-    warmup_requests: int = Field(2, ge=0, description="unmeasured requests before each level")
-    max_tokens: int | None = Field(None, ge=1, description="override each prompt's max_tokens")
-    temperature: float = Field(0.0, ge=0, description="0 = greedy")
-    seed: int | None = Field(0, description="sampling seed")
-    ignore_eos: bool = Field(False, description="true distorts acceptance; keep false")
-    thinking: bool | None = Field(None, description="reasoning models: chat_template_kwargs enable_thinking")
-    workers: int = Field(1, ge=1, description="client processes")
-
-    def sweep(self, api_key_env: str | None) -> SweepConfig:
-        return SweepConfig(
-            concurrency=self.concurrency, rate=self.rate, prompts=self.prompts,
-            categories=self.categories, per_category=self.per_category, repeats=self.repeats,
-            warmup_requests=self.warmup_requests, max_tokens=self.max_tokens,
-            temperature=self.temperature, seed=self.seed, ignore_eos=self.ignore_eos,
-            chat_template_kwargs=None if self.thinking is None else {"enable_thinking": self.thinking},
-            workers=self.workers, api_key_env=api_key_env,
-        )
-
-
-class BaselineParams(_ServerParams, _SweepParams):
+class BaselineParams(_ServerParams, SweepConfig):
     """01-baseline: the server as it runs today, swept by category and concurrency."""
 
     notebook: ClassVar[str] = "01-baseline"
     predict_methods: list[Literal["ngram", "suffix"]] = Field(
         ["ngram", "suffix"], description="options to predict from this baseline")
-    predict_k: int = Field(4, ge=1, le=16, description="n-gram k for the predictions")
-    predict_suffix_k: int = Field(8, ge=1, le=32, description="suffix k for the predictions")
+    predict_k: int = Field(NGRAM_K, ge=1, le=16, description="n-gram k for the predictions")
+    predict_suffix_k: int = Field(SUFFIX_K, ge=1, le=32, description="suffix k for the predictions")
     verify_cost: Literal["calibrate", "baseline_slope", "explicit"] = Field(
         "calibrate", description="how the cost of verifying drafts is known (calibrate: a real n-gram run)")
     verify_overhead_s: float = Field(0.0, ge=0, description="explicit: extra seconds per speculative step")
@@ -128,9 +102,9 @@ class SpecParams(_ServerParams):
     dtype: Literal["bfloat16", "float32"] | None = Field(None, description="None = the baseline run's dtype")
     baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
     method: Literal["ngram", "suffix"] = Field("ngram", description="ngram | suffix")
-    k: int = Field(4, ge=1, le=32, description="num_speculative_tokens")
-    prompt_lookup_min: int | None = Field(2, ge=1, description="ngram: shortest n-gram matched")
-    prompt_lookup_max: int | None = Field(4, ge=1, description="ngram: longest n-gram matched")
+    k: int = Field(NGRAM_K, ge=1, le=32, description="num_speculative_tokens")
+    prompt_lookup_min: int | None = Field(NGRAM_LOOKUP[0], ge=1, description="ngram: shortest n-gram matched")
+    prompt_lookup_max: int | None = Field(NGRAM_LOOKUP[1], ge=1, description="ngram: longest n-gram matched")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
     bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")
 
@@ -159,7 +133,7 @@ class ProfileNotebookParams(_ServerParams):
 
     notebook: ClassVar[str] = "00-profile"
     option: Literal["baseline", "ngram", "suffix"] = Field("baseline", description="option running while profiled")
-    k: int = Field(4, ge=1, le=32, description="num_speculative_tokens when option is not baseline")
+    k: int = Field(NGRAM_K, ge=1, le=32, description="num_speculative_tokens when option is not baseline")
     traces: str | None = Field(None, description="analyse these existing traces (folder/file) instead of capturing")
     trace_dir: str | None = Field(None, description="external: where the server writes traces, as seen from here")
     expect_traces: int = Field(1, ge=1, description="trace files to wait for (one per rank)")

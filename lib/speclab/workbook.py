@@ -35,7 +35,7 @@ def identity_table(identity: ServerIdentity | dict[str, Any] | None) -> pd.DataF
 def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity]:
     """Start/reach the server with speculation off and sweep it; data lands in the run folder."""
     target = params.target(SpecOption())
-    config = params.sweep(params.api_key_env)
+    config = params.sweep_only()
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, arm="baseline", progress=progress)
         return result, live.identity
@@ -58,7 +58,7 @@ def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> t
         {k: v for k, v in (load_run(baseline_dir).manifest.get("params") or {}).items()
          if k in BaselineParams.model_fields})
     plan = Plan.load(baseline_dir)
-    config = baseline_params.sweep(params.api_key_env)
+    config = baseline_params.sweep_only().model_copy(update={"api_key_env": params.api_key_env})
     dtype = params.dtype if params.dtype else baseline_params.dtype
     option = params.option()
     target = params.model_copy(update={"dtype": dtype}).target(option)
@@ -192,7 +192,7 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     if params.verify_cost == "calibrate":
         used = set(Plan.load(run.path).prompts)  # calibrate on prompts the baseline did not use
         pool = [p for p in load_prompts(params.prompts, params.categories) if p.id not in used]
-        config = params.sweep(params.api_key_env).model_copy(update={
+        config = params.sweep_only().model_copy(update={
             "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1})
         target = params.target(embedded_option("ngram"))
         calibration = measure_verify_cost(target, config, prompts=pool, progress=progress,

@@ -22,7 +22,7 @@ LAYERS: dict[str, set[str]] = {
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
                     "loadgen", "identity", "profiling.capture"},
     "server": {"server", "embedded", "target"},
-    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli", "cli.args",
+    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
                  "cli.server", "cli.bench", "cli.workbook"},
 }
 ALLOWED = {

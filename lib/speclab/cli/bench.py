@@ -1,48 +1,95 @@
-"""``speclab bench``: one sweep against an endpoint (or the embedded server)."""
+"""``speclab bench``: one sweep against an endpoint (or the embedded server).
+
+The sweep's flags are built from :class:`speclab.sweep.SweepConfig`, the schema the notebooks
+use, and ``-p file.yaml -p key=value`` works as in ``speclab run``: files in order, then
+key=value overrides, then explicit flags; everything is validated before a server starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import typing
 from pathlib import Path
+from typing import Any
 
-from speclab.cli.args import parse_int_list
-from speclab.errors import SpeclabError
+import yaml
+
+from speclab.errors import SpeclabError, explain_validation_error
+from speclab.params import load_params_file, parse_override
+from speclab.sweep import SweepConfig
+
+# Fields of the sweep that the connection flags below already cover.
+_NOT_FLAGS = {"api_key_env"}
+_HEADER = ("concurrency", "rate", "requests", "errors", "output_tok_s", "ttft_s_median",
+           "tpot_s_median", "acceptance_rate", "mean_acceptance_length", "foreign_traffic")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _is_list(annotation: Any) -> bool:
+    return any(typing.get_origin(a) is list for a in (annotation, *typing.get_args(annotation)))
+
+
+def _parse_flag_value(name: str, text: str) -> Any:
+    """A flag's text as YAML; list fields also take ``1,4,16``."""
+    annotation = SweepConfig.model_fields[name].annotation
+    if _is_list(annotation) and not text.strip().startswith("["):
+        return [yaml.safe_load(part) for part in text.split(",") if part.strip()]
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
+    """The validated sweep: params files, then key=value overrides, then flags."""
+    values: dict[str, Any] = {}
+    for item in args.params:
+        if item.endswith((".yaml", ".yml")):
+            values.update(load_params_file(item))
+        else:
+            key, value = parse_override(item)
+            values[key] = value
+    for name in SweepConfig.model_fields:
+        text = getattr(args, name, None) if name not in _NOT_FLAGS else None
+        if text is not None:
+            values[name] = _parse_flag_value(name, text)
+    values["api_key_env"] = args.api_key_env or values.get("api_key_env")
+    unknown = sorted(set(values) - set(SweepConfig.model_fields))
+    if unknown:
+        raise SpeclabError(f"{', '.join(unknown)} is not a sweep setting; `speclab bench --help` lists them.")
+    try:
+        return SweepConfig.model_validate(values)
+    except Exception as exc:  # pydantic's ValidationError, told in one sentence
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):
+            raise explain_validation_error(exc, "sweep settings") from None
+        raise
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from speclab.embedded import embedded_option
-    from speclab.loadgen import SweepConfig, bench
-    from speclab.options import SpecOption
-    from speclab.runfolder import LEVEL_KEYS
+    from speclab.loadgen import bench
+    from speclab.options import default_option
     from speclab.target import ServerTarget
 
+    config = sweep_from_args(args)
     if args.out and (Path(args.out) / "manifest.json").exists():
         raise SpeclabError(f"{args.out} already holds a run; give a new --out folder (runs are never overwritten).")
     if args.endpoint:
-        option = (SpecOption() if args.option == "baseline"
-                  else SpecOption(method=args.option, num_speculative_tokens=args.k))
-        target = ServerTarget(mode="external", endpoint=args.endpoint, option=option,
-                              strict_option=not args.any_option)
+        target = ServerTarget(mode="external", endpoint=args.endpoint,
+                              option=default_option(args.option, args.k), strict_option=not args.any_option)
     else:
         target = ServerTarget(mode="embedded", option=embedded_option(args.option, args.k))
-    chat_kwargs = None if args.thinking is None else {"enable_thinking": args.thinking == "on"}
-    config = SweepConfig(
-        concurrency=args.concurrency, rate=args.rate, prompts=args.prompts,
-        categories=args.categories.split(",") if args.categories else None,
-        per_category=args.per_category, repeats=args.repeats, warmup_requests=args.warmup,
-        max_tokens=args.max_tokens, temperature=args.temperature, ignore_eos=args.ignore_eos,
-        chat_template_kwargs=chat_kwargs, transport=args.transport, workers=args.workers,
-        api_key_env=args.api_key_env,
-    )
     result = bench(target, config, name=f"bench-{target.option.method}", run_dir=args.out,
                    progress=not args.quiet)
-    header = ("concurrency", "rate", "requests", "errors", "output_tok_s", "ttft_s_median",
-              "tpot_s_median", "acceptance_rate", "mean_acceptance_length", "foreign_traffic")
-    assert set(header) <= set(LEVEL_KEYS)
-    print("  ".join(f"{h:>14}" for h in header))
+    print("  ".join(f"{h:>14}" for h in _HEADER))
     for level in result.levels:
         cells = []
-        for h in header:
+        for h in _HEADER:
             value = level.get(h)
             cells.append(f"{value:>14.4g}" if isinstance(value, float) else f"{value!s:>14}")
         print("  ".join(cells))
@@ -51,7 +98,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="sweep concurrency (or a Poisson rate) and record every request")
+    p = sub.add_parser("bench", help="sweep concurrency (or a Poisson rate) and record every request",
+                       description="Sweep a server and record every request. Sweep settings come from "
+                                   "-p files / key=value and the flags below (the notebooks' schema).")
     p.add_argument("--endpoint", help="your server (any of http://h:p, http://h:p/v1); default: embedded")
     p.add_argument("--option", default="baseline",
                    choices=["baseline", "ngram", "suffix", "eagle3", "draft_model"],
@@ -59,21 +108,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=None, help="tokens drafted per step")
     p.add_argument("--any-option", action="store_true",
                    help="external: measure even when the server contradicts --option")
-    p.add_argument("--prompts", help="a .jsonl prompt file or a ShareGPT .json (default: built-in)")
-    p.add_argument("--categories", help="comma-separated categories (default: all)")
-    p.add_argument("--per-category", type=int, default=3, help="prompts per category per level")
-    p.add_argument("--concurrency", type=parse_int_list, default=[1, 4], help="levels, e.g. 1,4,16,64")
-    p.add_argument("--rate", type=float, default=None, help="Poisson arrivals per second")
-    p.add_argument("--max-tokens", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=2, help="unmeasured requests before each level")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--thinking", choices=["on", "off"], default=None,
-                   help="chat_template_kwargs enable_thinking (reasoning models)")
-    p.add_argument("--transport", choices=["fast", "httpx"], default="fast")
-    p.add_argument("--workers", type=int, default=1, help="client processes")
-    p.add_argument("--api-key-env", default=None, help="env var holding the API key")
+    p.add_argument("-p", "--params", action="append", default=[],
+                   help="a params YAML file, or key=value (repeatable; later wins; flags win over both)")
+    p.add_argument("--api-key-env", default=None, help="env var holding the API key (never stored)")
     p.add_argument("--out", default=None, help="run folder (default: outputs/<date>/<time>-bench-...)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep = p.add_argument_group("sweep settings (speclab.sweep.SweepConfig)")
+    for name, field in SweepConfig.model_fields.items():
+        if name in _NOT_FLAGS:
+            continue
+        default = field.get_default(call_default_factory=True)
+        sweep.add_argument(_flag(name), dest=name, default=None, metavar="VALUE",
+                           help=f"{field.description} (default: {default})")
     p.set_defaults(func=cmd_bench)
