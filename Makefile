@@ -42,8 +42,9 @@ test-integration: setup ## integration tests against the real embedded vLLM
 test-notebooks: setup ## each notebook through papermill with its smoke params
 	@$(BIN)/python -m pytest -q -ra tests/notebooks
 
-lint: venv ## ruff
+lint: venv ## ruff on everything, mypy (the type checker) on lib/
 	@$(BIN)/ruff check lib tests benchmarks
+	@$(BIN)/mypy
 
 lab: setup ## open JupyterLab on the notebooks
 	@$(BIN)/jupyter lab notebooks/

@@ -165,8 +165,8 @@ async def _level_in_process(
         lag.start()
         await _drive(client, specs, concurrency, rate, t0, on_record, stop, seed)
         summary = await lag.stop()
-        summary["capabilities"] = dict(client.capabilities)
-    return summary
+        result: dict[str, Any] = {**summary, "capabilities": dict(client.capabilities)}
+    return result
 
 
 def _run_coroutine(coro_factory: Callable[[], Any]) -> Any:

@@ -373,7 +373,7 @@ def _per_position_delta(before: MetricsSnapshot, after: MetricsSnapshot) -> tupl
             delta = value - then.get(labels, 0.0)
             sums[int(position)] = sums.get(int(position), 0.0) + delta
     # Order by the number, not the text: "10" sorts before "2" as a string.
-    return tuple(_count(sums[p]) for p in sorted(sums))
+    return tuple(int(_count(sums[p]) or 0) for p in sorted(sums))
 
 
 def _count(value: float | None) -> int | None:

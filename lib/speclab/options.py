@@ -56,7 +56,7 @@ class SpecOption(BaseModel):
         """Short human label, e.g. ``ngram k=4 (2..4)``."""
         if self.method == "baseline":
             return "baseline"
-        parts = [self.method]
+        parts: list[str] = [self.method]
         if self.num_speculative_tokens:
             parts.append(f"k={self.num_speculative_tokens}")
         if self.method == "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):

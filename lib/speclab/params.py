@@ -8,7 +8,7 @@ clear sentence on a bad value. The same models validate every file under ``param
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -32,13 +32,13 @@ class _NotebookParams(BaseModel):
     interactive: bool = Field(True, description="show ipywidgets explorers (set false for headless runs)")
 
     @classmethod
-    def from_namespace(cls, namespace: dict[str, Any]) -> Any:
+    def from_namespace(cls, namespace: dict[str, Any]) -> Self:
         """Validate the notebook's globals named like this model's fields."""
         values = {name: namespace[name] for name in cls.model_fields if name in namespace}
         return cls.validate_values(values)
 
     @classmethod
-    def validate_values(cls, values: dict[str, Any]) -> Any:
+    def validate_values(cls, values: dict[str, Any]) -> Self:
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
@@ -55,7 +55,7 @@ class _ServerParams(_NotebookParams):
     api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
 
     @model_validator(mode="after")
-    def _endpoint_for_external(self) -> Any:
+    def _endpoint_for_external(self) -> Self:
         if self.mode == "external" and not self.endpoint:
             raise ValueError("mode 'external' needs 'endpoint' (e.g. http://host:8000/v1)")
         return self
@@ -86,7 +86,7 @@ class BaselineParams(_ServerParams, SweepConfig):
         description="expected day for restart payback: hours at each concurrency")
 
     @model_validator(mode="after")
-    def _verify_cost_source(self) -> Any:
+    def _verify_cost_source(self) -> Self:
         if self.verify_cost == "calibrate" and self.mode != "embedded":
             raise ValueError("verify_cost 'calibrate' restarts the server, which external mode cannot do; "
                              "use 'baseline_slope' or 'explicit'")
@@ -99,7 +99,8 @@ class SpecParams(_ServerParams):
     """02-ngram: the same prompts and sweep as a baseline run, with n-gram or suffix on."""
 
     notebook: ClassVar[str] = "02-ngram"
-    dtype: Literal["bfloat16", "float32"] | None = Field(None, description="None = the baseline run's dtype")
+    dtype: Literal["bfloat16", "float32"] | None = Field(  # type: ignore[assignment]  # None: inherit
+        None, description="None = the baseline run's dtype")
     baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
     method: Literal["ngram", "suffix"] = Field("ngram", description="ngram | suffix")
     k: int = Field(NGRAM_K, ge=1, le=32, description="num_speculative_tokens")
@@ -144,7 +145,7 @@ class ProfileNotebookParams(_ServerParams):
     buckets: list[dict[str, Any]] | None = Field(None, description="ordered {name, pattern} rules (None: defaults)")
 
     @model_validator(mode="after")
-    def _external_needs_a_trace_dir(self) -> Any:
+    def _external_needs_a_trace_dir(self) -> Self:
         if self.mode == "external" and not (self.traces or self.trace_dir):
             raise ValueError("mode 'external' needs 'trace_dir' (where the server writes traces) or 'traces'")
         return self
@@ -181,7 +182,7 @@ def load_params_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def validate_params_file(notebook: str, path: str | Path) -> Any:
+def validate_params_file(notebook: str, path: str | Path) -> _NotebookParams:
     """Validate a params file against its notebook's model."""
     model = NOTEBOOK_PARAMS.get(notebook)
     if model is None:

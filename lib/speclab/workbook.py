@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
+from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity
 from speclab.loadgen import SweepResult, measure_sweep
 from speclab.options import SpecOption, default_option
-from speclab.params import BaselineParams, SpecParams
+from speclab.params import BaselineParams, ProfileNotebookParams, SpecParams, _NotebookParams
+from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
+from speclab.profiling.capture import CaptureResult, capture_profile
 from speclab.runfolder import Plan, RunData, latest_run, load_run
 from speclab.runs import Run
 from speclab.target import serve_target
 
 
-def start_run(params: Any, kind: str) -> Run:
+def start_run(params: _NotebookParams, kind: str) -> Run:
     """The run folder for this notebook execution; the manifest is written at once."""
     return Run.create(kind, params.model_dump(mode="json"), kind=kind,
                       run_dir=params.run_dir, outputs_root=params.outputs_root)
@@ -32,13 +36,28 @@ def identity_table(identity: ServerIdentity | dict[str, Any] | None) -> pd.DataF
     return pd.DataFrame(rows, columns=["field", "value"])
 
 
-def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity]:
+class SweepOutcome(NamedTuple):
+    """What a sweep notebook measured: the sweep and the server that answered it."""
+
+    sweep: SweepResult
+    identity: ServerIdentity
+
+
+class OptionOutcome(NamedTuple):
+    """What an option notebook (02, 03) measured, and the baseline run it repeated."""
+
+    sweep: SweepResult
+    identity: ServerIdentity
+    baseline_dir: Path
+
+
+def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> SweepOutcome:
     """Start/reach the server with speculation off and sweep it; data lands in the run folder."""
     target = params.target(SpecOption())
     config = params.sweep_only()
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, arm="baseline", progress=progress)
-        return result, live.identity
+        return SweepOutcome(result, live.identity)
 
 
 def resolve_baseline(baseline_run: str | None, outputs_root: str | None) -> Path:
@@ -51,7 +70,7 @@ def resolve_baseline(baseline_run: str | None, outputs_root: str | None) -> Path
     return latest_run("01-baseline", outputs_root)
 
 
-def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity, Path]:
+def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> OptionOutcome:
     """Rerun exactly the baseline's prompts and sweep with the option on."""
     baseline_dir = resolve_baseline(params.baseline_run, params.outputs_root)
     baseline_params = BaselineParams.validate_values(
@@ -66,7 +85,7 @@ def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> t
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan,
                                arm=params.method, progress=progress)
-        return result, live.identity, baseline_dir
+        return OptionOutcome(result, live.identity, baseline_dir)
 
 
 def levels_table(run: RunData) -> pd.DataFrame:
@@ -174,7 +193,7 @@ COST_MODEL_JSON = "cost_model.json"
 PREDICTIONS_PARQUET = "predictions.parquet"
 
 
-def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = False) -> Any:
+def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = False) -> CalibratedStepTime:
     """The step-time model behind every prediction, as ``params.verify_cost`` says.
 
     ``calibrate`` (embedded): a real n-gram run on prompts this baseline did not use
@@ -207,14 +226,16 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
 
     write_json(run.path / COST_MODEL_JSON, record)
     model = load_cost_model(run.path)
+    if model is None:  # written just above; only a vanished run folder gets here
+        raise SpeclabError(f"{run.path / COST_MODEL_JSON} could not be read back; check the run folder.")
     record["model"] = model.describe()
     write_json(run.path / COST_MODEL_JSON, record)
     return model
 
 
-def load_cost_model(baseline_dir: str | Path) -> Any:
+def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
     """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
-    from speclab.costmodel import CalibratedStepTime, VerifyCost, fit_step_time
+    from speclab.costmodel import VerifyCost, fit_step_time
     from speclab.predict import calibrate_from_runs, level_timings
     from speclab.runs import read_json
 
@@ -230,7 +251,7 @@ def load_cost_model(baseline_dir: str | Path) -> Any:
     return fit_step_time(base, None, source="baseline slope")
 
 
-def prediction_options(methods: list[str], ngram_k: int, suffix_k: int) -> list[SpecOption]:
+def prediction_options(methods: Sequence[str], ngram_k: int, suffix_k: int) -> list[SpecOption]:
     """The options 01-baseline predicts (the embedded defaults' lookup bounds for n-gram)."""
     options = []
     for method in methods:
@@ -241,7 +262,7 @@ def prediction_options(methods: list[str], ngram_k: int, suffix_k: int) -> list[
     return options
 
 
-def predictions_for_baseline(data: RunData, params: BaselineParams, model: Any) -> pd.DataFrame:
+def predictions_for_baseline(data: RunData, params: BaselineParams, model: CalibratedStepTime) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per option x category x concurrency; saved."""
     from speclab.predict import predict_from_baseline
 
@@ -285,19 +306,21 @@ def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
     return table
 
 
-def run_profile(params: Any, run: Run) -> tuple[Any, Any, ServerIdentity | None]:
-    """Capture a profile under steady decode (or take given traces) and analyse it.
+class ProfileOutcome(NamedTuple):
+    """What 00-profile measured: the capture (None for given traces), the analysis, the server."""
 
-    Returns (capture result or None, ProfileReport, server identity or None).
-    """
-    from speclab.profiling import ProfileParams, analyse_profile
-    from speclab.profiling.capture import capture_profile
+    capture: CaptureResult | None
+    report: ProfileReport
+    identity: ServerIdentity | None
 
+
+def run_profile(params: ProfileNotebookParams, run: Run) -> ProfileOutcome:
+    """Capture a profile under steady decode (or take given traces) and analyse it."""
     profile_params = ProfileParams(**({"buckets": params.buckets} if params.buckets else {}))
     if params.traces:
         report = analyse_profile(params.traces, profile_params)
         report.save(run.path)
-        return None, report, None
+        return ProfileOutcome(None, report, None)
     target = params.target(params.option_spec())
     if params.mode == "embedded":
         target = target.model_copy(update={"profiler_dir": str((run.path / "profiler-raw").resolve())})
@@ -309,4 +332,4 @@ def run_profile(params: Any, run: Run) -> tuple[Any, Any, ServerIdentity | None]
         identity = live.identity
     report = analyse_profile(capture.traces, profile_params)
     report.save(run.path)
-    return capture, report, identity
+    return ProfileOutcome(capture, report, identity)

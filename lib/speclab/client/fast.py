@@ -337,8 +337,8 @@ class FastTransport:
         """POST and wait until the whole answer was read; raises on network trouble."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or reused under a new asyncio.run()
-            for conn in self._all:
-                conn.close()
+            for stale in self._all:
+                stale.close()
             self._all.clear()
             self._idle.clear()
             self._loop = loop

@@ -238,7 +238,7 @@ def analyse_profile(
     timings: dict[str, float] = {}
     started = time.perf_counter()
     if isinstance(source, (list, tuple)) and source and all(isinstance(s, RankTrace) for s in source):
-        traces = list(source)  # type: ignore[arg-type]
+        traces = list(source)
     else:
         traces = read_traces(source, include_frontend=params.include_frontend,  # type: ignore[arg-type]
                              backend=params.backend, workers=params.workers)

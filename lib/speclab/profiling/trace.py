@@ -17,7 +17,8 @@ import gc
 import gzip
 import re
 import time
-from collections.abc import Callable, Iterator
+import typing
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -84,7 +85,7 @@ def open_trace(path: str | Path) -> IO[bytes]:
     except FileNotFoundError:
         raise SpeclabError(f"The trace {p} does not exist; check the path.") from None
     if magic == b"\x1f\x8b":
-        return gzip.open(p, "rb")
+        return typing.cast(IO[bytes], gzip.open(p, "rb"))
     return open(p, "rb")  # noqa: SIM115 - the caller closes it
 
 
@@ -291,7 +292,7 @@ class _Collector:
             if e.get("ph") != "X":
                 continue
             cat = e.get("cat")
-            code = op_cats.get(cat)
+            code = op_cats.get(cat) if cat is not None else None
             if code is not None:
                 name = e.get("name", "")
                 nid = name_ids.get(name)
@@ -410,9 +411,9 @@ def read_trace(
     )
 
 
-def find_trace_files(source: str | Path | list[str | Path], include_frontend: bool = False) -> list[Path]:
+def find_trace_files(source: str | Path | Sequence[str | Path], include_frontend: bool = False) -> list[Path]:
     """Trace files in a folder (or the given list), vLLM's API-server trace left out unless asked."""
-    if isinstance(source, (list, tuple)):
+    if not isinstance(source, (str, Path)):
         files = [Path(s) for s in source]
     else:
         folder = Path(source)
