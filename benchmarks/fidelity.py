@@ -5,7 +5,7 @@ On the embedded vLLM (baseline), the same single-turn prompts are sent by specla
 each speclab leg, the server's histogram means over the same window are read from
 /metrics deltas. Prints ratios side by side.
 
-Targets (issue 3): median TPOT and TTFT within 2 % of the server's own figures; output
+Targets: median TPOT and TTFT within 2 % of the server's own figures; output
 throughput and median TPOT within 3 % of `vllm bench serve` on the same prompts.
 
 Run: .venv/bin/python benchmarks/fidelity.py [--concurrency 1,4] [--rounds 2] [--prompts 16]

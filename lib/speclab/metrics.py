@@ -2,7 +2,7 @@
 
 vLLM and SGLang publish Prometheus text at the server root (``<root>/metrics``, never under
 ``/v1``). Every figure here comes from the *difference* between a snapshot taken before a
-measured run and one taken after it (domain.md section 3): cumulative counters mix in
+measured run and one taken after it (docs/measurement.md section 3): cumulative counters mix in
 warm-up and every earlier run. Counters are server-wide, so :func:`foreign_traffic` says
 whether someone else's requests landed in the window, and a server restart between the two
 snapshots is flagged (``counters_reset``) instead of producing negative numbers.

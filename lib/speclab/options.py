@@ -102,7 +102,7 @@ class SpecOption(BaseModel):
         else:
             args += ["--speculative-draft-model-path", str(self.model)]
             if k is not None:
-                # SGLang wants steps, topk and draft tokens set together (domain.md section 6);
+                # SGLang wants steps, topk and draft tokens set together (docs/measurement.md section 6);
                 # a chain (topk 1) of k steps verifies k + 1 tokens.
                 args += [
                     "--speculative-num-steps", str(k),

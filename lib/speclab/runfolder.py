@@ -6,7 +6,7 @@ A sweep's folder holds ``manifest.json`` (written first, finalised last), ``requ
 (one row per request, appended as it finishes), ``levels.jsonl`` (one object per level as it
 ends), ``summary.json`` (``{"levels": [...]}`` with every key of :data:`LEVEL_KEYS`),
 ``requests.parquet`` (the same rows, tidy), ``plan.json`` + ``prompts.jsonl`` (which prompt ran
-where, so another arm repeats it exactly). See docs/run-folders.md.
+where, so another arm repeats it exactly). See outputs/README.md and docs/architecture.md.
 """
 
 from __future__ import annotations

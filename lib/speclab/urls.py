@@ -4,7 +4,7 @@ Users paste ``http://h:8000``, ``http://h:8000/`` or ``http://h:8000/v1``; OpenA
 clients want the ``/v1`` form, while ``/metrics``, ``/health``, ``/tokenize``, ``/version``
 and ``/start_profile`` live at the server root. Joining ``.../v1`` with ``/v1/chat/...``
 gave the motivating team a 404, and resolving ``/metrics`` against ``/v1`` silently
-dropped their acceptance numbers (domain.md section 4).
+dropped their acceptance numbers (docs/measurement.md section 4).
 """
 
 from __future__ import annotations

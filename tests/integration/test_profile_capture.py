@@ -32,7 +32,7 @@ def test_capture_and_bucket_a_real_cpu_trace(tmp_path: Path) -> None:
     assert len(steps) >= 5 and (steps["source"] == "cpu_op").all()
     assert (steps["step_kind"] == "decode").sum() >= 3
     decode = report.summary[report.summary["step_kind"] == "decode"].set_index("bucket")["share"]
-    # embedded-vllm.md: oneDNN GEMMs dominate SmolLM2 decode on this CPU
+    # docs/embedded-server.md: oneDNN GEMMs dominate SmolLM2 decode on this CPU
     assert decode["dense_gemm"] > 0.3
     assert decode.idxmax() == "dense_gemm"
     assert (run.path / "requests.jsonl").exists() and (run.path / "profile_capture.json").exists()

@@ -105,7 +105,7 @@ def test_profile_notebook_captures_and_buckets_a_real_trace(tmp_path: Path) -> N
     summary = pd.read_parquet(folder / "profile_summary.parquet")
     decode = summary[summary["step_kind"] == "decode"]
     assert not decode.empty
-    # on this CPU server oneDNN GEMMs dominate decode (embedded-vllm.md)
+    # on this CPU server oneDNN GEMMs dominate decode (docs/embedded-server.md)
     top = decode.sort_values("share", ascending=False).iloc[0]
     assert top["bucket"] == "dense_gemm", decode.sort_values("share", ascending=False).head()
     assert _errors(folder / "notebook.ipynb") == []

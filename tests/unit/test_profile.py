@@ -231,7 +231,7 @@ def test_unmatched_names_are_listed(gpu_report) -> None:
 
 def test_cpu_buckets_match_the_recipe(cpu_report) -> None:
     summary = cpu_report.summary.set_index(["step_kind", "bucket"])
-    # embedded-vllm.md: oneDNN GEMMs dominate SmolLM2 decode on this CPU
+    # docs/embedded-server.md: oneDNN GEMMs dominate SmolLM2 decode on this CPU
     assert summary.loc[("decode", "dense_gemm"), "share"] > 0.4
     names = cpu_report.names.set_index("name")
     assert names.loc["_C::onednn_mm", "bucket"] == "dense_gemm"

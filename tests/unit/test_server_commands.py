@@ -1,4 +1,4 @@
-"""Generated command lines, checked against the engines' real flag names (domain.md 2, 5, 6)."""
+"""Generated command lines, checked against the engines' real flag names (docs/measurement.md sections 2, 5, 6)."""
 
 import json
 

@@ -31,7 +31,7 @@ class BucketRule(BaseModel):
         return re.compile(self.pattern, re.IGNORECASE if self.ignore_case else 0)
 
 
-# Order matters: first match wins. From domain.md section 5, checked against the real CPU
+# Order matters: first match wins. From docs/measurement.md section 5, checked against the real CPU
 # (vLLM 0.32) and H200 (torch 2.11) fixtures in tests/data/traces.
 DEFAULT_BUCKETS: tuple[BucketRule, ...] = (
     BucketRule(name="communication", pattern=(

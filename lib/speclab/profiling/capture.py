@@ -4,7 +4,7 @@ The load runs through the measurement core (:func:`speclab.loadgen.measure_sweep
 background thread; once it has settled, ``POST /start_profile`` opens a bounded window and
 ``POST /stop_profile`` closes it (vLLM writes the trace while stop blocks: ~26 s for a
 5 MB CPU trace, far longer for 8 GPU ranks). Every trace file the server wrote in the
-window is copied into ``<run>/traces/``. Facts: domain.md section 5, embedded-vllm.md.
+window is copied into ``<run>/traces/``. Facts: docs/measurement.md section 5, docs/embedded-server.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Cross-check speclab's trace reading against HolisticTraceAnalysis (PyPI ``HolisticTraceAnalysis``).
 
-HTA is the reference analyser of torch.profiler traces (domain.md section 5). Both read the
+HTA is the reference analyser of torch.profiler traces (docs/measurement.md section 5). Both read the
 same files; per kernel name (or per CPU op name on CPU-only traces) the summed durations
 and counts must agree. HTA rounds timestamps to whole microseconds by default (its
 ``HTA_DISABLE_NS_ROUNDING`` switch turns that off); ``exact=True`` compares unrounded.

