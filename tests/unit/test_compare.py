@@ -1,0 +1,96 @@
+"""speclab.compare: the paired bootstrap speedup, its verdict, and the losslessness check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from speclab.compare import (
+    FASTER,
+    SLOWER,
+    TOO_FEW,
+    UNCLEAR,
+    losslessness,
+    losslessness_verdict,
+    paired_speedups,
+    speedup_cell,
+    verdict,
+)
+
+
+def _arm(speeds: dict[str, float], *, concurrency: int = 1, tokens: int = 100, category: str = "code",
+         token_ids: dict[str, list[int]] | None = None) -> pd.DataFrame:
+    rows = []
+    for prompt_id, tok_s in speeds.items():
+        e2e = tokens / tok_s
+        rows.append({"concurrency": concurrency, "repeat": 0, "prompt_id": prompt_id, "category": category,
+                     "ok": True, "output_tokens": tokens, "e2e_s": e2e, "tpot_s": e2e / tokens, "ttft_s": 0.05,
+                     "token_ids": (token_ids or {}).get(prompt_id, [1, 2, 3]), "text": "abc"})
+    return pd.DataFrame(rows)
+
+
+def test_verdict_needs_the_whole_interval_on_one_side_of_one() -> None:
+    assert verdict(1.05, 1.40) == FASTER
+    assert verdict(0.70, 0.95) == SLOWER
+    assert verdict(0.90, 1.10) == UNCLEAR
+    assert verdict(None, 1.2) == TOO_FEW and verdict(float("nan"), 1.2) == TOO_FEW
+
+
+def test_a_uniform_1_5x_speedup_is_measured_exactly_with_a_tight_interval() -> None:
+    rng = np.random.default_rng(1)
+    base_speeds = {f"p{i}": float(s) for i, s in enumerate(rng.uniform(20, 40, 12))}
+    base = _arm(base_speeds)
+    treat = _arm({k: v * 1.5 for k, v in base_speeds.items()})
+    table = paired_speedups(base, treat, n_resamples=500)
+    row = table[(table["category"] == "all") & (table["concurrency"] == 1)].iloc[0]
+    assert row["pairs"] == 12
+    assert row["speedup"] == pytest.approx(1.5)
+    assert row["ci_low"] == pytest.approx(1.5) and row["ci_high"] == pytest.approx(1.5)
+    assert row["verdict"] == FASTER
+
+
+def test_noisy_pairs_give_an_interval_that_contains_the_truth_and_a_slowdown_is_called_slower() -> None:
+    rng = np.random.default_rng(7)
+    base_speeds = {f"p{i}": float(s) for i, s in enumerate(rng.uniform(20, 40, 30))}
+    base = _arm(base_speeds)
+    treat = _arm({k: v * 0.8 * rng.uniform(0.9, 1.1) for k, v in base_speeds.items()})
+    cell = speedup_cell(base.merge(treat, on=["concurrency", "repeat", "prompt_id"], suffixes=("_base", "_treat")),
+                        n_resamples=1000)
+    assert cell["ci_low"] < 0.8 * 1.02 and cell["ci_high"] > 0.8 * 0.98
+    assert cell["ci_high"] < 1.0 and cell["verdict"] == SLOWER
+
+
+def test_one_pair_has_no_interval_and_failed_requests_are_not_paired() -> None:
+    base = _arm({"p0": 30.0, "p1": 30.0})
+    treat = _arm({"p0": 45.0, "p1": 60.0})
+    treat.loc[treat["prompt_id"] == "p1", "ok"] = False
+    row = paired_speedups(base, treat).query("category == 'all'").iloc[0]
+    assert row["pairs"] == 1 and row["speedup"] == pytest.approx(1.5)
+    assert row["verdict"] == TOO_FEW
+
+
+def test_categories_and_concurrencies_are_separate_cells() -> None:
+    base = pd.concat([_arm({"a": 30.0, "b": 30.0}, category="code"),
+                      _arm({"c": 30.0, "d": 30.0}, category="story"),
+                      _arm({"e": 30.0, "f": 30.0}, category="code", concurrency=4)])
+    treat = pd.concat([_arm({"a": 60.0, "b": 60.0}, category="code"),
+                       _arm({"c": 30.0, "d": 30.0}, category="story"),
+                       _arm({"e": 36.0, "f": 36.0}, category="code", concurrency=4)])
+    table = paired_speedups(base, treat, n_resamples=200).set_index(["category", "concurrency"])["speedup"]
+    assert table[("code", 1)] == pytest.approx(2.0)
+    assert table[("story", 1)] == pytest.approx(1.0)
+    assert table[("code", 4)] == pytest.approx(1.2)
+    assert table[("all", 1)] == pytest.approx(4 / 3)  # pooled: 400 tokens in 13.3 s vs 10 s
+
+
+def test_losslessness_compares_token_ids_and_reports_the_first_difference() -> None:
+    base = _arm({"p0": 30.0, "p1": 30.0}, token_ids={"p0": [5, 6, 7, 8], "p1": [1, 2, 3]})
+    treat = _arm({"p0": 40.0, "p1": 40.0}, token_ids={"p0": [5, 6, 9, 8], "p1": [1, 2, 3]})
+    table = losslessness(base, treat).set_index("prompt_id")
+    assert not table.loc["p0", "identical"] and table.loc["p0", "first_difference_at"] == 2
+    assert table.loc["p1", "identical"] and table.loc["p1", "compared"] == "token_ids"
+    assert losslessness_verdict(table.reset_index(), "float32").startswith("NOT lossless: 1 of 2")
+    assert "expected" in losslessness_verdict(table.reset_index(), "bfloat16")
+    same = losslessness(base, base)
+    assert losslessness_verdict(same, "float32").startswith("Lossless: all 2")
