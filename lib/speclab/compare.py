@@ -147,3 +147,50 @@ def losslessness_verdict(table: pd.DataFrame, dtype: str | None) -> str:
     return (f"{same} of {total} greedy outputs identical; {total - same} differ. In {dtype or 'bf16'} "
             "batched verification changes rounding, so small divergences are expected; rerun with "
             "dtype float32 for an exact check.")
+
+
+# --------------------------------------------------------------------------- host load
+
+# Neighbour load (cores used by processes outside speclab's tree) that may differ between arms
+# before a comparison is called contaminated: a quarter of a core moved a 2-core host's
+# single-stream TPOT by several percent.
+FOREIGN_CPU_TOLERANCE_CORES = 0.25
+STEAL_TOLERANCE_PCT = 5.0
+
+
+def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per arm (label -> its levels table): the neighbour load over its measured levels."""
+    rows = []
+    for arm, frame in levels.items():
+        loads = [h for h in frame.get("host_load", []) if isinstance(h, dict)]
+        foreign = [h["foreign_cpu_cores"] for h in loads if h.get("foreign_cpu_cores") is not None]
+        steal = [h["cpu_steal_pct"] for h in loads if h.get("cpu_steal_pct") is not None]
+        rows.append({"arm": arm, "levels": len(loads),
+                     "foreign_cpu_cores_mean": float(np.mean(foreign)) if foreign else None,
+                     "foreign_cpu_cores_max": float(np.max(foreign)) if foreign else None,
+                     "cpu_steal_pct_max": float(np.max(steal)) if steal else None})
+    return pd.DataFrame(rows, columns=["arm", "levels", "foreign_cpu_cores_mean", "foreign_cpu_cores_max",
+                                       "cpu_steal_pct_max"])
+
+
+def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
+    """One sentence when the machine's load differed between the arms compared, else None.
+
+    Arms measured under different neighbour load are not comparable on a shared host: the
+    difference in load shows up as a difference in speed that no option caused.
+    """
+    table = host_load_by_arm(levels).dropna(subset=["foreign_cpu_cores_mean"])
+    problems = []
+    if len(table) >= 2:
+        spread = table["foreign_cpu_cores_mean"].max() - table["foreign_cpu_cores_mean"].min()
+        if spread > FOREIGN_CPU_TOLERANCE_CORES:
+            worst = table.sort_values("foreign_cpu_cores_mean").iloc[-1]
+            problems.append(f"other processes used {spread:.2f} more cores during some arms than others "
+                            f"(most during {worst['arm']}: {worst['foreign_cpu_cores_mean']:.2f} cores)")
+    steal = host_load_by_arm(levels)["cpu_steal_pct_max"].dropna()
+    if len(steal) and steal.max() > STEAL_TOLERANCE_PCT:
+        problems.append(f"the hypervisor took up to {steal.max():.0f} % of the CPU (steal)")
+    if not problems:
+        return None
+    return ("CONTAMINATED comparison: " + "; ".join(problems)
+            + ". Speed differences may come from the load, not the option; rerun the arms on a quiet machine.")

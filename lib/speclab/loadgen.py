@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import orjson
 
+from speclab import hostload
 from speclab.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
 from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
@@ -358,6 +359,7 @@ def measure_sweep(
                     control.post(ep.at_root("reset_prefix_cache"))
             _warm_up(ep, model, config, config.warmup_requests, arm)
             before = _scrape(control, ep)
+            load_before = hostload.sample()
             label = f"{arm} c={concurrency}" + (f" rate={rate}/s" if rate else "") + (
                 f" repeat {repeat + 1}" if config.repeats > 1 else "")
             bar = _progress_bar(len(specs), label, progress)
@@ -382,6 +384,7 @@ def measure_sweep(
                 appender.close()
                 if bar is not None:
                     bar.close()
+            load_after = hostload.sample()
             after = _scrape(control, ep)
             records = appender.records
             counters = window(before, after) if before and after else None
@@ -392,7 +395,8 @@ def measure_sweep(
             level_summary = summarise_level(
                 records, concurrency=concurrency, rate=rate, counters=counters,
                 foreign=foreign, harness=harness)
-            level_summary.update({"level": level, "repeat": repeat, "arm": arm})
+            level_summary.update({"level": level, "repeat": repeat, "arm": arm,
+                                  "host_load": hostload.window(load_before, load_after)})
             result.levels.append(level_summary)
             result.records.extend(records)
             with open(run.path / LEVELS_JSONL, "ab") as handle:

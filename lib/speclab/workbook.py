@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
+from speclab.compare import load_contamination
 from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity
@@ -174,6 +175,9 @@ def caveats(runs: list[RunData]) -> list[str]:
         for note in (run.server or {}).get("notes") or []:
             if "declared" in note:
                 notes.append(f"{name}: {note}")
+    contamination = load_contamination({f"{r.label} ({r.path.name})": r.levels for r in runs if not r.levels.empty})
+    if contamination:
+        notes.append(contamination)
     return notes
 
 

@@ -20,7 +20,7 @@ LAYERS: dict[str, set[str]] = {
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
-                    "loadgen", "identity", "profiling.capture"},
+                    "loadgen", "identity", "profiling.capture", "hostload"},
     "server": {"server", "embedded", "target"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
                  "cli.server", "cli.bench", "cli.workbook"},

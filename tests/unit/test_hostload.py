@@ -1,0 +1,75 @@
+"""Host load: speclab's own CPU told apart from the neighbours', and contaminated comparisons named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from speclab import hostload
+from speclab.compare import host_load_by_arm, load_contamination
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def test_a_busy_child_is_counted_as_our_own_cpu() -> None:
+    before = hostload.sample()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                              "while time.process_time()-t<0.6: pass\ntime.sleep(5)"])
+    try:
+        time.sleep(0.1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = hostload.sample()
+            if now is not None and before is not None and now.own_ticks - before.own_ticks >= 0.5 * 100:
+                break
+            time.sleep(0.2)
+        after = hostload.sample()
+    finally:
+        child.kill()
+        child.wait()
+    assert before is not None and after is not None
+    import os
+
+    hz = os.sysconf("SC_CLK_TCK")
+    assert (after.own_ticks - before.own_ticks) / hz >= 0.5  # the child's 0.6 s of CPU is ours
+    window = hostload.window(before, after)
+    assert window["host_busy_cores"] is not None and window["foreign_cpu_cores"] >= 0
+    assert window["cpu_steal_pct"] is not None and 0 <= window["cpu_steal_pct"] <= 100
+
+
+def test_window_arithmetic_in_cores() -> None:
+    import os
+
+    hz = os.sysconf("SC_CLK_TCK")
+    a = hostload.CpuSample(wall_s=10.0, busy_ticks=0, steal_ticks=0, total_ticks=0, own_ticks=0)
+    b = hostload.CpuSample(wall_s=12.0, busy_ticks=3 * hz, steal_ticks=int(0.4 * hz), total_ticks=4 * hz,
+                           own_ticks=2 * hz)
+    window = hostload.window(a, b)
+    assert window["host_busy_cores"] == pytest.approx(1.5)
+    assert window["foreign_cpu_cores"] == pytest.approx(0.5)  # 3 s busy, 2 s ours, over 2 s
+    assert window["cpu_steal_pct"] == pytest.approx(10.0)
+    assert hostload.window(None, b)["foreign_cpu_cores"] is None
+
+
+def _levels(*foreign: float, steal: float = 0.0) -> pd.DataFrame:
+    return pd.DataFrame({"concurrency": list(range(1, len(foreign) + 1)),
+                         "host_load": [{"foreign_cpu_cores": f, "cpu_steal_pct": steal} for f in foreign]})
+
+
+def test_a_comparison_under_changed_load_is_called_contaminated() -> None:
+    quiet = {"baseline": _levels(0.05, 0.1), "ngram": _levels(0.1, 0.05)}
+    assert load_contamination(quiet) is None
+    noisy = {"baseline": _levels(0.05, 0.1), "ngram": _levels(0.7, 0.9)}
+    sentence = load_contamination(noisy)
+    assert sentence is not None and sentence.startswith("CONTAMINATED") and "ngram" in sentence
+    assert "\n" not in sentence
+    stolen = load_contamination({"baseline": _levels(0.1, steal=12.0), "ngram": _levels(0.1)})
+    assert stolen is not None and "steal" in stolen
+    table = host_load_by_arm(noisy).set_index("arm")
+    assert table.loc["ngram", "foreign_cpu_cores_mean"] == pytest.approx(0.8)
+    # runs recorded before host load existed: nothing to say, no error
+    assert load_contamination({"a": pd.DataFrame({"concurrency": [1]}), "b": _levels(0.9)}) is None
