@@ -38,6 +38,7 @@ import pandas as pd
 from speclab.costmodel import (
     CalibratedStepTime,
     TrafficSlice,
+    VerifyCost,
     fit_step_time,
     payback_hours,
 )
@@ -229,6 +230,9 @@ def predict_from_baseline(
     *,
     batch_mix: Literal["category", "level"] = "category",
     replay: ReplayResult | None = None,
+    confidence: float = 0.9,
+    resamples: int = 300,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per category x concurrency (+ ``all``).
 
@@ -236,13 +240,23 @@ def predict_from_baseline(
     times from the baseline's own levels (decode step time at the level's effective batch)
     plus ``cost_model``'s verify cost. ``batch_mix="category"`` predicts each category
     served alone (its drafts fill the batch); ``"level"`` predicts it inside the measured
-    mix of categories (what a later run of the same plan measures). ``loses`` flags
-    predicted speedups below 1.
+    mix of categories (what a later run of the same plan measures).
+
+    Every prediction carries an interval (``predicted_speedup_low``/``_high`` at
+    ``confidence``) for what a measurement of the same size would read: a bootstrap over
+    the calibration points (the verify-cost fit refitted), over the cell's requests (the
+    replayed acceptance) and over the baseline's requests twice (the run-to-run noise of
+    each arm's decode time). ``predicted_verdict`` is "predicted to win" / "to lose" only
+    when the whole interval is on one side of 1, else "unclear"; ``loses`` keeps the
+    point estimate's sign.
     """
     replay = replay or replay_option(baseline_requests(baseline_run_dir), option, _max_len(baseline_run_dir))
     timing = level_timings(baseline_run_dir)
     base = _pool(timing, ["concurrency"]).set_index("concurrency")
     by_cat, by_all = _replay_frames(replay)
+    rng = np.random.default_rng(seed)
+    verify_draws = _verify_cost_draws(cost_model, resamples, rng)
+    base_requests = _requests(baseline_run_dir)
     rows = []
     for frame in (by_cat, by_all):
         for r in frame.to_dict("records"):
@@ -267,7 +281,11 @@ def predict_from_baseline(
                 "verified_tokens_per_seq": float(mix["verified_tokens_per_step"]),
                 "baseline_step_ms": base_step * 1e3, "spec_step_ms": spec_step * 1e3,
                 "baseline_tok_s": batch / base_step, "predicted_tok_s": batch * tokens / spec_step,
-                "predicted_speedup": speedup, "break_even_acceptance_length": break_even,
+                "predicted_speedup": speedup,
+                **_speedup_interval(
+                    replay.requests, base_requests, r["category"], int(c), batch, base_step, verify_draws,
+                    level_mix=batch_mix == "level", confidence=confidence, rng=rng),
+                "break_even_acceptance_length": break_even,
                 "loses": speedup < 1.0,
                 **{f"acceptance_pos{i + 1}": r.get(f"acceptance_pos{i + 1}") for i in range(k)},
             })
@@ -276,6 +294,74 @@ def predict_from_baseline(
                       "cost_model": cost_model.verify.source, "batch_mix": batch_mix})
     out["proposer_impl"] = replay.proposer_impl
     return out
+
+
+# --------------------------------------------------------------------------- intervals
+
+PREDICTED_WIN, PREDICTED_LOSS, PREDICTED_UNCLEAR = "predicted to win", "predicted to lose", "unclear"
+
+
+def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Generator) -> list[VerifyCost]:
+    """The verify cost refitted on ``n`` bootstrap resamples of its calibration points (the
+    exponent kept); the fitted cost alone when there are fewer than three points."""
+    points = cost_model.points
+    if points is None or len(points) < 3:
+        return [cost_model.verify] * n
+    columns = ["batch", "verified_tokens_per_seq", "step_s", "baseline_step_s"]
+    draws = []
+    for _ in range(n):
+        sample = points.iloc[rng.integers(0, len(points), len(points))][columns]
+        refit = fit_step_time(cost_model.baseline, sample, source="bootstrap", exponent=cost_model.verify.exponent)
+        draws.append(refit.verify)
+    return draws
+
+
+def _ratio_draws(numerator: np.ndarray, denominator: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """sum(num)/sum(den) over ``n`` bootstrap resamples of the rows."""
+    if len(numerator) == 0:
+        return np.full(n, np.nan)
+    idx = rng.integers(0, len(numerator), (n, len(numerator)))
+    den = denominator[idx].sum(axis=1)
+    return np.where(den > 0, numerator[idx].sum(axis=1) / np.where(den > 0, den, 1), np.nan)
+
+
+def _speedup_interval(
+    replayed: pd.DataFrame,
+    baseline: pd.DataFrame,
+    category: str,
+    concurrency: int,
+    batch: float,
+    base_step: float,
+    verify_draws: list[VerifyCost],
+    *,
+    level_mix: bool,
+    confidence: float,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """The interval and verdict of one cell's predicted speedup (see predict_from_baseline)."""
+    n = len(verify_draws)
+    at_c = replayed[replayed["concurrency"] == concurrency]
+    cell = at_c if category == "all" else at_c[at_c["category"] == category]
+    steps = cell["decode_steps"].to_numpy(float)
+    tokens = _ratio_draws(cell["decode_tokens"].to_numpy(float), steps, n, rng)
+    mix = at_c if level_mix else cell
+    verified = 1.0 + _ratio_draws(mix["draft_tokens"].to_numpy(float), mix["decode_steps"].to_numpy(float), n, rng)
+    base_c = baseline[baseline["concurrency"] == concurrency]
+    if category != "all":
+        base_c = base_c[base_c["category"] == category]
+    decode_s, decode_tokens = base_c["decode_s"].to_numpy(float), base_c["decode_tokens"].to_numpy(float)
+    point_tpot = decode_s.sum() / decode_tokens.sum() if decode_tokens.sum() > 0 else np.nan
+    noise_base = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot
+    noise_spec = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot
+    extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0)) for v, x in zip(verify_draws, verified, strict=True)])
+    draws = tokens * (base_step * noise_base) / ((base_step + extra) * noise_spec)
+    draws = draws[np.isfinite(draws)]
+    if len(draws) < 10:
+        return {"predicted_speedup_low": None, "predicted_speedup_high": None, "predicted_verdict": PREDICTED_UNCLEAR}
+    tail = (1.0 - confidence) / 2.0
+    low, high = (float(q) for q in np.quantile(draws, [tail, 1.0 - tail]))
+    verdict = PREDICTED_WIN if low > 1.0 else PREDICTED_LOSS if high < 1.0 else PREDICTED_UNCLEAR
+    return {"predicted_speedup_low": low, "predicted_speedup_high": high, "predicted_verdict": verdict}
 
 
 def _max_len(run_dir: str | Path) -> int:
@@ -317,11 +403,14 @@ def compare_predicted_measured(
     counters = _measured_acceptance(spec_run_dir)
     table = table.merge(counters, on=["category", "concurrency"], how="left")
     keep = ["category", "concurrency", "acceptance_rate", "mean_acceptance_length", "tokens_per_step",
-            "verified_tokens_per_seq", "predicted_speedup", "predicted_tok_s", "baseline_tok_s"]
+            "verified_tokens_per_seq", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+            "predicted_verdict", "predicted_tok_s", "baseline_tok_s"]
     table = predicted[keep].merge(table, on=["category", "concurrency"], how="inner")
     table = table.rename(columns={"acceptance_rate": "predicted_acceptance_rate",
                                   "mean_acceptance_length": "predicted_mean_acceptance_length"})
     table["error_pct"] = (table["predicted_speedup"] / table["measured_speedup"] - 1.0) * 100.0
+    table["within_interval"] = ((table["measured_speedup"] >= table["predicted_speedup_low"])
+                                & (table["measured_speedup"] <= table["predicted_speedup_high"]))
     table["cost_model_fit"] = fit
     table["option"] = option.label
     return table.sort_values(["category", "concurrency"]).reset_index(drop=True)

@@ -284,7 +284,8 @@ def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
     if predicted.empty:
         return predicted
     cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
-            "predicted_tok_s", "predicted_speedup", "break_even_acceptance_length", "loses"]
+            "predicted_tok_s", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+            "predicted_verdict", "break_even_acceptance_length", "loses"]
     return predicted[predicted["category"] == "all"][cols].reset_index(drop=True)
 
 

@@ -1,0 +1,48 @@
+"""Every prediction carries an interval, and the verdict reads it (recorded float32 runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from speclab.predict import (
+    PREDICTED_LOSS,
+    PREDICTED_UNCLEAR,
+    PREDICTED_WIN,
+    calibrate_from_runs,
+    compare_predicted_measured,
+)
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
+
+
+@pytest.fixture(scope="module")
+def table():
+    model = calibrate_from_runs(RUNS / "f32-baseline", RUNS / "f32-ngram")
+    return compare_predicted_measured(RUNS / "f32-baseline", RUNS / "f32-ngram", cost_model=model)
+
+
+def test_each_interval_brackets_its_point_and_the_verdict_follows_it(table) -> None:
+    assert (table["predicted_speedup_low"] <= table["predicted_speedup"]).all()
+    assert (table["predicted_speedup"] <= table["predicted_speedup_high"]).all()
+    assert (table["predicted_speedup_high"] - table["predicted_speedup_low"] > 0.01).all()
+    for row in table.to_dict("records"):
+        expected = (PREDICTED_WIN if row["predicted_speedup_low"] > 1 else
+                    PREDICTED_LOSS if row["predicted_speedup_high"] < 1 else PREDICTED_UNCLEAR)
+        assert row["predicted_verdict"] == expected
+    verdicts = dict(zip(zip(table["category"], table["concurrency"], strict=True), table["predicted_verdict"], strict=True))
+    assert verdicts[("code_editing", 1)] == PREDICTED_WIN      # copy-heavy: n-gram wins
+    assert verdicts[("multi_turn", 4)] == PREDICTED_LOSS       # little to copy: verification costs
+
+
+def test_most_measurements_fall_inside_the_interval(table) -> None:
+    # in-sample model on 2 prompts per cell: the interval must still hold the measurement in most cells
+    assert table["within_interval"].sum() >= 8 and len(table) == 10
+
+
+def test_more_data_narrows_the_interval(table) -> None:
+    width = table["predicted_speedup_high"] - table["predicted_speedup_low"]
+    cells = table.assign(width=width).set_index(["category", "concurrency"])["width"]
+    # the 'all' rows pool 8 prompts, a category 2: the pooled interval is narrower
+    assert cells[("all", 1)] < cells[("code_editing", 1)] and cells[("all", 4)] < cells[("code_editing", 4)]
