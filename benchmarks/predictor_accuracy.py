@@ -15,10 +15,16 @@ On the embedded vLLM (SmolLM2-135M on the CPU):
 3. n-gram server: the calibration plan (-> verify-cost fit -> predictions), then the test
    sweep. Suffix server: the test sweep.
 4. Predicted vs measured decode speedup (TPOT_baseline / TPOT_spec) per category x
-   concurrency, and the error. Target: within 10 %.
+   concurrency, the error, and whether the measurement fell inside the predicted interval.
+   Targets: 'all' rows within +-5 %, category cells within 10 %, interval coverage >= 90 %.
+5. Round 2 (``--rounds 2``, the default): the test sweep again with the arms in the other
+   order (options first, baseline last), so the spread between the two rounds' measured
+   speedups shows how much of the error is run-to-run noise rather than model error.
+   Every level records the host's load; arms measured under different load are flagged.
 
 Run: ``flock /tmp/speclab-vllm.lock .venv/bin/python benchmarks/predictor_accuracy.py``
-(about 7 minutes; ``--options ngram`` for about 5). Results in a run folder under outputs/.
+(about 15 minutes at 1,4,8,16 with two rounds; ``--rounds 1 --options ngram`` for about 6).
+Results in a run folder under outputs/.
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--concurrency", default="1,4,8,16")
+    parser.add_argument("--rounds", type=int, default=2, choices=[1, 2], help="2: rerun the test sweep, arms reversed")
     parser.add_argument("--options", default="ngram,suffix")
     parser.add_argument("--calibration-prompts", type=int, default=6, help="per category, for calibration")
     parser.add_argument("--test-per-category", type=int, default=2)
@@ -121,6 +128,16 @@ def main(argv: list[str] | None = None) -> int:
                                                  option.method, params)
             print(f"[{time.perf_counter() - started:.0f} s] {option.label} done")
 
+        if args.rounds == 2:
+            # Round 2, arms in the other order: options first, the baseline last.
+            for option in options:
+                with serve_target(ServerTarget(dtype=args.dtype, option=option)) as live:
+                    spec_runs[f"{option.method}-r2"] = sweep(live, test_config, test_plan, out,
+                                                             f"test-{option.method}-r2", option.method, params)
+            with serve_target(ServerTarget(dtype=args.dtype), parent) as live:
+                test_base_r2 = sweep(live, test_config, test_plan, out, "test-baseline-r2", "baseline", params)
+            print(f"[{time.perf_counter() - started:.0f} s] round 2 done")
+
     pd.set_option("display.width", 200)
     tables = []
     for option in options:
@@ -133,20 +150,47 @@ def main(argv: list[str] | None = None) -> int:
                         "replay_acceptance_rate", "server_acceptance_rate"]].round(3).to_string(index=False))
         print(f"\n== {option.label}: predicted vs measured decode speedup (test prompts, out-of-sample)")
         print(table[["category", "concurrency", "predicted_acceptance_rate", "measured_acceptance_rate",
-                     "predicted_speedup", "measured_speedup", "error_pct"]].round(3).to_string(index=False))
+                     "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high", "measured_speedup",
+                     "within_interval", "error_pct"]].round(3).to_string(index=False))
     result = pd.concat(tables, ignore_index=True)
+    if args.rounds == 2:
+        for option in options:
+            again = compare_predicted_measured(test_base_r2, spec_runs[f"{option.method}-r2"], cost_model=model,
+                                               option=option)[["category", "concurrency", "measured_speedup"]]
+            mask = result["option"] == option.label
+            merged = result[mask].merge(again.rename(columns={"measured_speedup": "measured_speedup_r2"}),
+                                        on=["category", "concurrency"], how="left")
+            result.loc[mask, "measured_speedup_r2"] = merged["measured_speedup_r2"].to_numpy()
+        result["round_spread_pct"] = (result["measured_speedup_r2"] / result["measured_speedup"] - 1.0) * 100.0
     result.to_csv(out / "predicted-vs-measured.csv", index=False)
+    from speclab.compare import host_load_by_arm, load_contamination
+    from speclab.runfolder import load_run
+
+    arms = {path.name: load_run(path).levels for path in sorted(out.iterdir())
+            if path.is_dir() and (path / "summary.json").exists()}
+    print("\n== host load per arm (cores used by other processes; steal)")
+    print(host_load_by_arm(arms).round(2).to_string(index=False))
+    print(load_contamination(arms) or "load steady across arms")
     errors = result["error_pct"].abs()
     cells = result[result["category"] != "all"]
     print("\n== summary")
     for option, group in result.groupby("option"):
         err = group["error_pct"].abs()
         cat = group[group["category"] != "all"]["error_pct"].abs()
+        every = group[group["category"] == "all"]
         print(f"{option}: |error| median {err.median():.1f} %, max {err.max():.1f} %; "
               f"category cells within 10 %: {(cat <= 10).sum()}/{len(cat)}; "
-              f"'all' rows: {', '.join(f'{e:+.1f} %' for e in group[group['category'] == 'all']['error_pct'])}")
+              f"'all' rows (c={','.join(str(c) for c in every['concurrency'])}): "
+              f"{', '.join(f'{e:+.1f} %' for e in every['error_pct'])}; "
+              f"interval coverage {group['within_interval'].mean():.0%}")
+        if "round_spread_pct" in group:
+            spread = group["round_spread_pct"].abs()
+            print(f"  run-to-run spread of the measured speedup (round 2 vs 1): median {spread.median():.1f} %, "
+                  f"max {spread.max():.1f} %; 'all' rows: "
+                  f"{', '.join(f'{e:+.1f} %' for e in every['round_spread_pct'])}")
     print(f"all options: |error| median {errors.median():.1f} %, within 10 %: "
-          f"{(cells['error_pct'].abs() <= 10).sum()}/{len(cells)} category cells")
+          f"{(cells['error_pct'].abs() <= 10).sum()}/{len(cells)} category cells; "
+          f"interval coverage {result['within_interval'].mean():.0%} of {len(result)} cells")
     print(f"took {time.perf_counter() - started:.0f} s; tables in {out}")
     return 0
 
