@@ -23,7 +23,7 @@ LAYERS: dict[str, set[str]] = {
                     "loadgen", "identity", "profiling.capture", "hostload"},
     "server": {"server", "embedded", "target"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
-                 "cli.server", "cli.bench", "cli.workbook"},
+                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},
