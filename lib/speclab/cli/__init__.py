@@ -45,5 +45,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("speclab: interrupted; servers stopped, measured data kept.", file=sys.stderr)
         return 130
-
-
