@@ -30,6 +30,7 @@ from speclab import hostload
 from speclab.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
 from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
+from speclab.outcome import RunOutcome, assess_levels
 from speclab.prompts import Prompt, PromptReuseWarning, distinct_batches, load_prompts, select_prompts
 from speclab.runfolder import (
     LEVELS_JSONL,
@@ -274,6 +275,12 @@ class SweepResult:
     run_dir: Path
     levels: list[dict[str, Any]] = field(default_factory=list)
     records: list[RequestRecord] = field(default_factory=list)
+    outcome: RunOutcome | None = None
+
+    @property
+    def status(self) -> str:
+        """ok, degraded or failed (see :mod:`speclab.outcome`)."""
+        return self.outcome.status if self.outcome is not None else "ok"
 
 
 class _Appender:
@@ -405,6 +412,13 @@ def measure_sweep(
     finally:
         control.close()
         write_parquet(run.path)
+    result.outcome = assess_levels(result.levels)
+    run.update(outcome=result.outcome.to_dict())
+    write_json(run.path / SUMMARY_JSON, {"arm": arm, "levels": result.levels,
+                                         "outcome": result.outcome.to_dict()})
+    if result.outcome.status == "failed":
+        # Stop here: a notebook must not go on to compute speedups from an empty arm.
+        raise SpeclabError(result.outcome.sentence or "Nothing was measured.")
     return result
 
 

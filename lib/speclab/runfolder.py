@@ -78,6 +78,7 @@ class RequestRecord:
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None  # the prompt as the server tokenised it (chat template applied)
     tags: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False  # the stream ended without finish_reason or [DONE]
 
     @property
     def ok(self) -> bool:

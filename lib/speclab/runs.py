@@ -227,7 +227,12 @@ class Run:
         self.save()
 
     def finalize(self, status: str = "ok", error: str | None = None) -> None:
-        """Mark the run finished; ``status`` is ok, failed or interrupted."""
+        """Mark the run finished; ``status`` is ok, degraded, failed, interrupted or
+        terminated. An ``ok`` after a sweep whose outcome was ``degraded`` (see
+        :mod:`speclab.outcome`) stays ``degraded``, with the outcome's sentence."""
+        outcome = self.manifest.get("outcome") or {}
+        if status == "ok" and outcome.get("status") == "degraded":
+            status, error = "degraded", error or outcome.get("sentence")
         self.manifest["status"] = status
         self.manifest["error"] = error
         self.manifest["finished_utc"] = utc_now()

@@ -46,7 +46,8 @@ def summarise_level(
         "errors": len(records) - len(ok),
         "output_tokens": tokens,
         "duration_s": duration,
-        "output_tok_s": tokens / duration if duration else None,
+        # No success, no throughput: 0.0 would read as a (very slow) measurement.
+        "output_tok_s": tokens / duration if duration and ok else None,
         "ttft_s_median": median([r.ttft_s for r in ok]),
         "ttft_s_p99": quantile([r.ttft_s for r in ok if r.ttft_s is not None], 0.99),
         "tpot_s_median": median([r.tpot_s for r in ok]),
@@ -71,6 +72,7 @@ def summarise_level(
     level["per_position_acceptance"] = (
         list(counters.per_position_rates) if counters and counters.per_position_rates else None)
     level["server_counters"] = counters.to_dict() if counters else None
+    level["truncated"] = sum(1 for r in records if getattr(r, "truncated", False))
     level["error_examples"] = sorted({(r.error or "")[:200] for r in records if not r.ok})[:3]
     if harness:
         level["harness"] = harness

@@ -8,6 +8,7 @@ key=value overrides, then explicit flags; everything is validated before a serve
 from __future__ import annotations
 
 import argparse
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from speclab.embedded import embedded_option
     from speclab.loadgen import bench
     from speclab.options import default_option
+    from speclab.outcome import EXIT_CODES
     from speclab.target import ServerTarget
 
     config = sweep_from_args(args)
@@ -94,7 +96,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             cells.append(f"{value:>14.4g}" if isinstance(value, float) else f"{value!s:>14}")
         print("  ".join(cells))
     print(f"results: {result.run_dir}")
-    return 0
+    if result.outcome is not None and result.outcome.status != "ok":
+        print(f"speclab: {result.outcome.status}: {result.outcome.sentence}", file=sys.stderr)
+    return EXIT_CODES.get(result.status, 1)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -252,6 +252,12 @@ class StreamAccumulator:
             rec.set_output_tokens(len(self._token_ids), "token_ids")
         if self.error is None and self.http_status == 200 and not chunks:
             self.error = "the stream ended without carrying any token"
+        if self.error is None and self.http_status == 200 and not (self.done or self._finish):
+            # A stream cut short (server killed, proxy timeout) must not pass for a complete
+            # answer: keep what arrived, but as an error.
+            rec.truncated = True
+            self.error = (f"truncated stream: the server ended it after {chunks} token chunk(s) "
+                          "with neither a finish_reason nor data: [DONE]")
         rec.error = self.error
         return rec
 
