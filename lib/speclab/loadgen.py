@@ -27,7 +27,7 @@ import httpx
 import orjson
 
 from speclab import hostload
-from speclab.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
+from speclab.client import IDLE_TIMEOUT_S, LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
 from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
 from speclab.outcome import RunOutcome, assess_levels
@@ -161,7 +161,9 @@ async def _level_in_process(
             ignore_eos=config.ignore_eos, chat_template_kwargs=config.chat_template_kwargs(),
         ),
         max_connections=max(concurrency * 2, 8),
-        read_timeout_s=config.request_timeout_s,
+        read_timeout_s=config.idle_timeout_s or IDLE_TIMEOUT_S,
+        idle_timeout_s=config.idle_timeout_s,
+        request_deadline_s=config.request_timeout_s,
         api_key_env=config.api_key_env,
     ) as client:
         lag.start()

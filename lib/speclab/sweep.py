@@ -36,8 +36,12 @@ class SweepConfig(BaseModel):
     workers: int = Field(1, ge=1, le=64, description="client processes sharing the streams")
     reuse_prompts: bool = Field(False, description="allow the same prompt in several levels")
     reset_prefix_cache: bool = Field(True, description="POST /reset_prefix_cache before each level where served")
-    request_timeout_s: float = Field(600.0, gt=0, allow_inf_nan=False,
-                                     description="seconds without a byte before a request fails")
+    request_timeout_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="per-request deadline in seconds (None: 120 s + 2 s per max token)")
+    idle_timeout_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="seconds without an SSE data event before a request fails; pings do not count (None: 300)")
     api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
 
     def chat_template_kwargs(self) -> dict[str, Any] | None:

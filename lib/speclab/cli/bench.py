@@ -81,7 +81,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     config = sweep_from_args(args)
     if args.out and (Path(args.out) / "manifest.json").exists():
         raise SpeclabError(f"{args.out} already holds a run; give a new --out folder (runs are never overwritten).")
-    if args.endpoint:
+    if args.endpoint is not None:
+        if not args.endpoint.strip():
+            # An unset shell variable must not silently measure the embedded server instead.
+            raise SpeclabError("--endpoint is empty; give your server's URL, or leave --endpoint out "
+                               "to start the embedded server.")
         target = ServerTarget(mode="external", endpoint=args.endpoint,
                               option=default_option(args.option, args.k), strict_option=not args.any_option)
     else:

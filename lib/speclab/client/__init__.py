@@ -20,11 +20,12 @@ server's usage, never from counting words.
 from speclab.client.harness import LoopLagMonitor, measure_loop_lag, use_uvloop
 from speclab.client.records import RequestSpec, Sampling, TransportName
 from speclab.client.sse import SSEDecoder, StreamAccumulator
-from speclab.client.stream import StreamClient
+from speclab.client.stream import IDLE_TIMEOUT_S, StreamClient, default_timeouts
 from speclab.client.transport import Transport
 from speclab.runfolder import RequestRecord
 
 __all__ = [
+    "IDLE_TIMEOUT_S",
     "LoopLagMonitor",
     "RequestRecord",
     "RequestSpec",
@@ -34,6 +35,7 @@ __all__ = [
     "StreamClient",
     "Transport",
     "TransportName",
+    "default_timeouts",
     "measure_loop_lag",
     "use_uvloop",
 ]

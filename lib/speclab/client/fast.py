@@ -369,6 +369,10 @@ class FastTransport:
                         "the server closed the connection before answering"
                     ) from None
                 except BaseException:
+                    if conn.exchange is not None:
+                        # Given up (timeout, cancel): the close below must not set an
+                        # exception on a future nobody awaits any more.
+                        conn.exchange.future.cancel()
                     conn.close()
                     self._all.discard(conn)
                     raise

@@ -68,6 +68,7 @@ class StreamAccumulator:
         "error",
         "error_body",
         "http_status",
+        "last_event",
         "send_perf",
         "send_time_s",
         "spec",
@@ -81,6 +82,7 @@ class StreamAccumulator:
         self.error: str | None = None
         self.error_body: str | None = None  # raw body text of a non-200 answer
         self.done = False  # saw data: [DONE]
+        self.last_event = send_perf  # arrival of the last SSE data payload (comments excluded)
         self._offsets: list[float] = []
         self._counts: list[int] = []
         self._exact = True  # every token chunk had an exact count
@@ -111,6 +113,7 @@ class StreamAccumulator:
 
     def feed(self, t: float, data: bytes | str) -> None:
         """One SSE ``data`` payload that arrived at ``perf_counter()`` time ``t``."""
+        self.last_event = t
         if data == b"[DONE]" or data == "[DONE]":
             self.done = True
             return

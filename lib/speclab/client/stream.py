@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,19 @@ from speclab.client.via_httpx import HttpxTransport
 from speclab.runfolder import RequestRecord
 
 _perf = time.perf_counter
+# Default stall limits. A request may wait long in a deep queue before its first token and
+# a CPU server may take ~1 s per token under load, so the deadline grows with max_tokens
+# (256 tokens: 632 s, close to the old 600 s read timeout); no data event for 5 minutes
+# means the server is stuck (SSE comments such as ": ping" do not count as data).
+DEADLINE_BASE_S = 120.0
+DEADLINE_PER_TOKEN_S = 2.0
+IDLE_TIMEOUT_S = 300.0
+
+
+def default_timeouts(max_tokens: int) -> tuple[float, float]:
+    """``(idle_timeout_s, request_deadline_s)`` for a request of ``max_tokens`` tokens."""
+    deadline = DEADLINE_BASE_S + DEADLINE_PER_TOKEN_S * max(int(max_tokens), 1)
+    return min(IDLE_TIMEOUT_S, deadline), deadline
 # What servers say when they reject a field they do not know (pydantic "extra_forbidden",
 # OpenAI "Unrecognized request argument", others "unknown field"), or the field names.
 _UNKNOWN_FIELD_HINTS = (
@@ -73,7 +87,11 @@ class StreamClient:
         read_timeout_s: float = 600.0,
         api_key_env: str | None = None,
         httpx_transport: Any = None,
+        idle_timeout_s: float | None = None,
+        request_deadline_s: float | None = None,
     ) -> None:
+        self.idle_timeout_s = idle_timeout_s  # None: default_timeouts(max_tokens)
+        self.request_deadline_s = request_deadline_s  # None: default_timeouts(max_tokens)
         self.endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
         self.model = model
         self.sampling = sampling if sampling is not None else Sampling()
@@ -96,6 +114,10 @@ class StreamClient:
                     "export the API key there."
                 )
             self._headers["Authorization"] = f"Bearer {key}"
+        elif self.endpoint.credentials is not None:
+            from speclab.auth import basic_auth_headers
+
+            self._headers.update(basic_auth_headers(self.endpoint))
         self._impl: Transport
         if transport == "fast":
             self._impl = FastTransport(
@@ -111,9 +133,12 @@ class StreamClient:
                 read_timeout_s=read_timeout_s,
                 transport=httpx_transport,
             )
-        self._chat_url = self.endpoint.api("chat/completions")
-        self._completions_url = self.endpoint.api("completions")
-        self._tokenize_url = self.endpoint.at_root("tokenize")
+        # Credentials travel in the Authorization header only (httpx would otherwise replace
+        # an API key with the URL's user:password).
+        plain = self.endpoint.without_credentials()
+        self._chat_url = plain.api("chat/completions")
+        self._completions_url = plain.api("completions")
+        self._tokenize_url = plain.at_root("tokenize")
         # The vLLM extensions we ask for; switched off for the client's lifetime when the
         # server rejects them.
         self.capabilities: dict[str, Any] = {
@@ -126,7 +151,7 @@ class StreamClient:
     def __repr__(self) -> str:
         auth = "Authorization" in self._headers
         return (
-            f"StreamClient(endpoint={self.endpoint.root!r}, model={self.model!r}, "
+            f"StreamClient(endpoint={self.endpoint.public!r}, model={self.model!r}, "
             f"transport={self.transport!r}, auth={auth})"
         )
 
@@ -203,7 +228,7 @@ class StreamClient:
             acc = StreamAccumulator(spec, _perf(), t0)
             try:
                 body = orjson.dumps(self.build_body(spec))
-                await self._impl.stream(url, self._headers, body, acc)
+                await self._guarded(self._impl.stream(url, self._headers, body, acc), spec, acc)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 acc.fail(f"timeout: {exc}" if str(exc) else "timeout")
             except Exception as exc:  # noqa: BLE001 - every failure becomes a record
@@ -221,6 +246,37 @@ class StreamClient:
             if count is not None:
                 record.set_output_tokens(count, "tokenize")
         return record
+
+    def timeouts_for(self, spec: RequestSpec) -> tuple[float, float]:
+        """``(idle_timeout_s, request_deadline_s)`` that apply to ``spec``."""
+        idle, deadline = default_timeouts(spec.max_tokens or self.sampling.max_tokens)
+        return (self.idle_timeout_s or idle, self.request_deadline_s or deadline)
+
+    async def _guarded(self, work: Any, spec: RequestSpec, acc: StreamAccumulator) -> None:
+        """Await ``work`` (one streamed exchange) but give up when no SSE data event came
+        for the idle timeout or the whole request passed its deadline; raises TimeoutError."""
+        idle_s, deadline_s = self.timeouts_for(spec)
+        task = asyncio.ensure_future(work)
+        start = acc.send_perf
+        try:
+            while True:
+                now = _perf()
+                left_total = start + deadline_s - now
+                left_idle = acc.last_event + idle_s - now
+                if left_total <= 0 or left_idle <= 0:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                    if left_total <= 0:
+                        raise TimeoutError(f"no complete answer within the request deadline of {deadline_s:g} s")
+                    raise TimeoutError(f"no data event from the server for {idle_s:g} s (idle timeout)")
+                done, _ = await asyncio.wait((task,), timeout=min(left_total, left_idle))
+                if done:
+                    task.result()
+                    return
+        finally:
+            if not task.done():
+                task.cancel()
 
     async def tokenize(self, text: str) -> int | None:
         """Token count of ``text`` by the server's ``/tokenize`` (None if unavailable)."""
