@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
+from speclab.auth import auth_headers, auth_refused, basic_auth_headers
 from speclab.errors import SpeclabError
 from speclab.metrics import parse_metrics, spec_decode_info
 from speclab.options import SpecOption
 from speclab.runs import redact_argv, utc_now
-from speclab.urls import Endpoint
+from speclab.urls import Endpoint, strip_credentials
 
 
 class ModelCard(BaseModel):
@@ -159,18 +160,28 @@ def probe_server(
     *,
     timeout_s: float = 10.0,
     transport: httpx.BaseTransport | None = None,
+    api_key_env: str | None = None,
 ) -> ServerIdentity:
-    """Ask a running server what it is; raise SpeclabError when it does not answer at all."""
+    """Ask a running server what it is; raise SpeclabError when it does not answer at all,
+    or refuses for want of the API key named by ``api_key_env`` (sent with every probe)."""
     ep = endpoint if isinstance(endpoint, Endpoint) else Endpoint.parse(endpoint)
-    identity = ServerIdentity(endpoint=ep.root)
-    with httpx.Client(timeout=httpx.Timeout(timeout_s), transport=transport) as client:
+    identity = ServerIdentity(endpoint=ep.public)
+    headers = auth_headers(api_key_env) or basic_auth_headers(ep)
+    ep = ep.without_credentials()
+    with httpx.Client(timeout=httpx.Timeout(timeout_s), transport=transport, headers=headers) as client:
         try:
-            client.get(ep.at_root("health"))
+            health = client.get(ep.at_root("health"))
         except httpx.HTTPError as exc:
             raise SpeclabError(
-                f"The server at {ep.root} does not answer ({type(exc).__name__}); check the "
+                f"The server at {ep.public} does not answer ({type(exc).__name__}); check the "
                 "endpoint and that the server is up."
             ) from None
+        if health.status_code in (401, 403):
+            raise auth_refused(health.status_code, f"The server at {ep.public}", api_key_env)
+        with contextlib.suppress(httpx.HTTPError):
+            listed = client.get(ep.api("models"))
+            if listed.status_code in (401, 403):
+                raise auth_refused(listed.status_code, f"The server at {ep.public}", api_key_env)
         models = _get_json(client, ep.api("models"))
         if isinstance(models, dict):
             for card in models.get("data") or []:
@@ -180,7 +191,7 @@ def probe_server(
                 )
         if not identity.models:
             raise SpeclabError(
-                f"{ep.api('models')} lists no model; is {ep.root} an OpenAI-compatible server?"
+                f"{strip_credentials(ep.api('models'))} lists no model; is {ep.public} an OpenAI-compatible server?"
             )
         version = _get_json(client, ep.at_root("version"))
         if isinstance(version, dict):

@@ -27,6 +27,7 @@ import httpx
 import orjson
 
 from speclab import hostload
+from speclab.auth import auth_headers, basic_auth_headers
 from speclab.client import IDLE_TIMEOUT_S, LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
 from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
@@ -358,7 +359,10 @@ def measure_sweep(
     run.update(sweep=config.sweep_only().model_dump(mode="json"))
     result = SweepResult(run.path)
     stop = threading.Event()
-    control = httpx.Client(timeout=httpx.Timeout(30.0))
+    # Scrapes and cache resets carry the key too: some deployments protect /metrics.
+    control = httpx.Client(timeout=httpx.Timeout(30.0),
+                           headers=auth_headers(config.api_key_env) or basic_auth_headers(ep))
+    ep = ep.without_credentials()
     try:
         for level, concurrency, rate, repeat in plan.levels():
             planned = plan.for_level(level)
@@ -441,6 +445,8 @@ def bench(
     """
     from speclab.target import serve_target
 
+    if config.api_key_env and not target.api_key_env:
+        target = target.model_copy(update={"api_key_env": config.api_key_env})
     # The same manifest shape as a notebook run: flat params, the sweep beside them.
     params = {"mode": target.mode, "endpoint": target.endpoint, "dtype": target.dtype,
               "option": target.option.model_dump(mode="json"), **config.sweep_only().model_dump(mode="json")}

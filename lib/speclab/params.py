@@ -63,7 +63,7 @@ class _ServerParams(_NotebookParams):
     def target(self, option: SpecOption) -> ServerTarget:
         return ServerTarget(
             mode=self.mode, endpoint=self.endpoint, option=option, dtype=self.dtype,
-            strict_option=self.strict_option,
+            strict_option=self.strict_option, api_key_env=self.api_key_env,
         )
 
 

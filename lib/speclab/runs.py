@@ -23,6 +23,7 @@ from typing import Any
 
 from speclab.errors import SpeclabError
 from speclab.paths import repo_root
+from speclab.urls import strip_credentials_in_text
 
 MANIFEST = "manifest.json"
 PACKAGES = (
@@ -69,15 +70,24 @@ def new_run_dir(name: str, outputs_root: str | Path | None = None, now: dt.datet
     raise SpeclabError(f"Too many runs named {safe!r} this second in {day}; wait a second and retry.")
 
 
+def _is_secret_key(key: Any) -> bool:
+    # api_key_env names a variable, it holds no secret: keep it so a rerun knows which to export.
+    name = str(key)
+    return bool(_SECRET_KEY.search(name)) and not name.lower().endswith("_env")
+
+
 def redact(value: Any) -> Any:
-    """A copy of value with credential-looking keys replaced by '<redacted>'."""
+    """A copy of value with credential-looking keys replaced by '<redacted>' and the
+    ``user:password@`` of every URL in its strings removed."""
     if isinstance(value, dict):
         return {
-            k: ("<redacted>" if _SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v))
+            k: ("<redacted>" if _is_secret_key(k) and v not in (None, "") else redact(v))
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
+    if isinstance(value, str):
+        return strip_credentials_in_text(value)
     return value
 
 
@@ -98,7 +108,7 @@ def redact_argv(argv: list[str]) -> list[str]:
                 out.append(arg)
                 hide_next = True
             continue
-        out.append(arg)
+        out.append(strip_credentials_in_text(arg))
     return out
 
 
@@ -234,7 +244,7 @@ class Run:
         if status == "ok" and outcome.get("status") == "degraded":
             status, error = "degraded", error or outcome.get("sentence")
         self.manifest["status"] = status
-        self.manifest["error"] = error
+        self.manifest["error"] = strip_credentials_in_text(error) if error else error
         self.manifest["finished_utc"] = utc_now()
         self.save()
 

@@ -38,6 +38,7 @@ class ServerTarget(BaseModel):
     dtype: str = Field("bfloat16", description="embedded: bfloat16, or float32 for exact losslessness")
     strict_option: bool = Field(True, description="external: stop when the server contradicts option")
     health_timeout_s: float = Field(600.0, gt=0)
+    api_key_env: str | None = Field(None, description="env var holding the server's API key (the name is stored, never the key)")
     profiler_dir: str | None = None
 
     @model_validator(mode="after")
@@ -66,7 +67,7 @@ def serve_target(target: ServerTarget, run: Run | None = None, log_dir: Path | N
     """Start (or reach) the target, yield it, and stop whatever was started."""
     if target.mode == "external":
         assert target.endpoint is not None
-        identity = probe_server(target.endpoint)
+        identity = probe_server(target.endpoint, api_key_env=target.api_key_env)
         _check_declared(identity, target)
         if run is not None:
             run.set_server(identity)

@@ -9,8 +9,9 @@ dropped their acceptance numbers (docs/measurement.md section 4).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from speclab.errors import SpeclabError
 
@@ -30,9 +31,34 @@ ROOT_PATHS = (
 )
 
 
+def strip_credentials(url: str) -> str:
+    """``url`` without ``user:password@``: what may be stored or printed (a password in the
+    endpoint URL must never reach a manifest, a notebook, a report or an error message)."""
+    if "@" not in url:
+        return url
+    parts = urlsplit(url if "://" in url else "//" + url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    clean = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return clean if "://" in url else clean.lstrip("/")
+
+
+_URL_WITH_CREDENTIALS = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/@\s\"']+@", re.I)
+
+
+def strip_credentials_in_text(text: str) -> str:
+    """Every ``scheme://user:pass@`` in free text (an error, a command line) without the credentials."""
+    return _URL_WITH_CREDENTIALS.sub(r"\1", text) if "@" in text else text
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    """A server's root URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash, no /v1)."""
+    """A server's root URL, e.g. ``http://127.0.0.1:8000`` (no trailing slash, no /v1).
+
+    ``root`` keeps any ``user:password@`` because requests need it; ``public`` (and
+    ``str()``) drop it: use those for anything stored or printed.
+    """
 
     root: str
 
@@ -47,11 +73,11 @@ class Endpoint:
         parts = urlsplit(text)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise SpeclabError(
-                f"The endpoint {url!r} is not an http(s) URL; give it as http://host:port."
+                f"The endpoint {strip_credentials(text)!r} is not an http(s) URL; give it as http://host:port."
             )
         if parts.query or parts.fragment:
             raise SpeclabError(
-                f"The endpoint {url!r} carries a query or fragment; give only http://host:port[/prefix]."
+                f"The endpoint {strip_credentials(text)!r} carries a query or fragment; give only http://host:port[/prefix]."
             )
         path = parts.path.rstrip("/")
         # Strip any number of trailing /v1 segments (a doubled /v1 is the classic bug).
@@ -60,7 +86,7 @@ class Endpoint:
         try:
             parts.port  # noqa: B018 - raises ValueError on a bad port
         except ValueError as exc:
-            raise SpeclabError(f"The endpoint {url!r} has an invalid port; use http://host:port.") from exc
+            raise SpeclabError(f"The endpoint {strip_credentials(text)!r} has an invalid port; use http://host:port.") from exc
         return cls(urlunsplit((parts.scheme, parts.netloc, path, "", "")))
 
     @property
@@ -83,6 +109,24 @@ class Endpoint:
         return self.root + clean
 
     @property
+    def public(self) -> str:
+        """The root without credentials: safe to store and print."""
+        return strip_credentials(self.root)
+
+    def without_credentials(self) -> Endpoint:
+        """The same server without ``user:password@``: build request URLs from this and send
+        the credentials as a header, so that an explicit API key is not overridden by them."""
+        return Endpoint(self.public)
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        """``(user, password)`` from the URL, or None."""
+        parts = urlsplit(self.root)
+        if parts.username is None:
+            return None
+        return unquote(parts.username), unquote(parts.password or "")
+
+    @property
     def host(self) -> str:
         return urlsplit(self.root).hostname or ""
 
@@ -92,4 +136,7 @@ class Endpoint:
         return parts.port or (443 if parts.scheme == "https" else 80)
 
     def __str__(self) -> str:
-        return self.root
+        return self.public
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.public!r})"

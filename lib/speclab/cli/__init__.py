@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from speclab.cli import bench, server, workbook
 from speclab.errors import SpeclabError, explain_validation_error
+from speclab.urls import strip_credentials_in_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,12 +36,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ValidationError as exc:
-        print(f"speclab: {explain_validation_error(exc).message}", file=sys.stderr)
+        print(f"speclab: {strip_credentials_in_text(explain_validation_error(exc).message)}", file=sys.stderr)
         return 1
     except SpeclabError as exc:
-        print(f"speclab: {exc.message}", file=sys.stderr)
+        print(f"speclab: {strip_credentials_in_text(exc.message)}", file=sys.stderr)
         if exc.detail:
-            print(exc.detail, file=sys.stderr)
+            print(strip_credentials_in_text(exc.detail), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("speclab: interrupted; servers stopped, measured data kept.", file=sys.stderr)

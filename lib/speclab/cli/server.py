@@ -41,7 +41,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from speclab.identity import contradictions, probe_server
     from speclab.options import SpecOption
 
-    identity = probe_server(args.endpoint)
+    identity = probe_server(args.endpoint, api_key_env=args.api_key_env)
     width = max(len(k) for k, _ in identity.summary_rows())
     for key, value in identity.summary_rows():
         print(f"{key:<{width}}  {value}")
@@ -90,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expect", choices=["baseline", "ngram", "suffix", "eagle3", "draft_model"],
                    help="the option you believe is running; exit 2 if the server contradicts it")
     p.add_argument("--k", type=int, default=None)
+    p.add_argument("--api-key-env", default=None, help="env var holding the API key (servers run with --api-key)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("explain-seeds",
