@@ -43,7 +43,7 @@ def plan_per_category(
         for items in by_cat.values():
             level += 1
             requests.extend(PlannedRequest(**{**r.__dict__, "level": level}) for r in items)
-    return Plan(requests, plan.prompts, plan.reused_prompts)
+    return Plan(requests, plan.prompts, plan.reused_prompts, plan.notes)
 
 
 @dataclass

@@ -26,15 +26,40 @@ def _usable(frame: pd.DataFrame) -> pd.DataFrame:
     return ok
 
 
+def with_occurrence(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` plus ``occurrence``: 0 for the first copy of a prompt at a concurrency and
+    repeat, 1 for the second, ... (a prompt set smaller than ``per_category`` repeats
+    prompts within a level). Copies are numbered in plan order (request ids carry
+    ``-copyN``), falling back to send order, so both arms number them alike."""
+    if frame.empty:
+        return frame.assign(occurrence=pd.Series(dtype=int))
+    ranked = frame.assign(_copy=0)
+    if "request_id" in frame:
+        copy = frame["request_id"].astype(str).str.extract(r"-copy(\d+)$")[0]
+        ranked["_copy"] = copy.fillna(0).astype(int)
+    order = ["_copy"] + (["send_time_s"] if "send_time_s" in frame else [])
+    ranked = ranked.sort_values(order, kind="stable")
+    ranked["occurrence"] = ranked.groupby(PAIR_KEYS, sort=False).cumcount()
+    return ranked.drop(columns="_copy").sort_index()
+
+
 def pair_requests(baseline: pd.DataFrame, treatment: pd.DataFrame) -> pd.DataFrame:
-    """One row per prompt measured by both arms at the same concurrency and repeat."""
-    cols = PAIR_KEYS + ["category", "output_tokens", "e2e_s", "tpot_s", "ttft_s"]
+    """One row per prompt occurrence measured by both arms at the same concurrency and repeat.
+
+    Each copy pairs once: merging on the prompt id alone would pair 4 copies with 4 copies
+    as 16 "pairs", and the bootstrap interval would be far too narrow.
+    """
+    keys = [*PAIR_KEYS, "occurrence"]
+    cols = keys + ["category", "output_tokens", "e2e_s", "tpot_s", "ttft_s"]
     base = _usable(baseline)
     treat = _usable(treatment)
     if base.empty or treat.empty:
-        return pd.DataFrame(columns=[*PAIR_KEYS, "category"])
+        return pd.DataFrame(columns=[*keys, "category"])
+    # Number copies among all requests (failed ones too), so a failure does not shift the pairing.
+    base = with_occurrence(baseline).loc[base.index]
+    treat = with_occurrence(treatment).loc[treat.index]
     merged = base[cols].merge(
-        treat[cols].drop(columns=["category"]), on=PAIR_KEYS, suffixes=("_base", "_treat"))
+        treat[cols].drop(columns=["category"]), on=keys, suffixes=("_base", "_treat"))
     merged["speed_base_tok_s"] = merged["output_tokens_base"] / merged["e2e_s_base"]
     merged["speed_treat_tok_s"] = merged["output_tokens_treat"] / merged["e2e_s_treat"]
     return merged
@@ -106,8 +131,9 @@ def paired_speedups(baseline: pd.DataFrame, treatment: pd.DataFrame, *, confiden
 
 def losslessness(baseline: pd.DataFrame, treatment: pd.DataFrame) -> pd.DataFrame:
     """Per prompt pair: are the greedy outputs identical, and where do they first differ?"""
-    keys = PAIR_KEYS
+    keys = [*PAIR_KEYS, "occurrence"]
     cols = [*keys, "category", "token_ids", "text"]
+    baseline, treatment = with_occurrence(baseline), with_occurrence(treatment)
     base = baseline[baseline["ok"].astype(bool)][[c for c in cols if c in baseline]]
     treat = treatment[treatment["ok"].astype(bool)][[c for c in cols if c in treatment]]
     merged = base.merge(treat.drop(columns=["category"], errors="ignore"), on=keys,

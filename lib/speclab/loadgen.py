@@ -15,6 +15,7 @@ import contextlib
 import functools
 import multiprocessing
 import random
+import sys
 import threading
 import time
 import warnings
@@ -42,7 +43,7 @@ from speclab.runfolder import (
     RequestRecord,
     write_parquet,
 )
-from speclab.runs import Run, write_json
+from speclab.runs import Run, check_run_dir, write_json
 from speclab.summary import summarise_level
 from speclab.sweep import SweepConfig
 from speclab.urls import Endpoint
@@ -56,13 +57,16 @@ def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan
     pool = select_prompts(pool, config.categories)
     slots = [(c, r) for c in config.concurrency for r in range(config.repeats)]
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PromptReuseWarning)
+        warnings.simplefilter("always")
         if config.reuse_prompts:
             batch = select_prompts(pool, config.categories, config.per_category)
             batches = [batch for _ in slots]
         else:
             batches = distinct_batches(pool, len(slots), config.per_category)
     reused = config.reuse_prompts or any(issubclass(w.category, PromptReuseWarning) for w in caught)
+    # The warnings were caught to set the flag; they become notes the runner prints and
+    # stores, because a swallowed warning is one nobody reads.
+    notes = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     requests: list[PlannedRequest] = []
     for level, ((concurrency, repeat), batch) in enumerate(zip(slots, batches, strict=True)):
         # Interleave categories so every level sees every category from its first second.
@@ -73,7 +77,60 @@ def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan
                 max_tokens=config.max_tokens or prompt.max_tokens,
             ))
     used = {r.prompt_id for r in requests}
-    return Plan(requests, {p.id: p for p in pool if p.id in used}, reused)
+    notes.extend(_repeats_within_levels(requests))
+    return Plan(requests, {p.id: p for p in pool if p.id in used}, reused, notes)
+
+
+def _repeats_within_levels(requests: list[PlannedRequest]) -> list[str]:
+    counts: dict[tuple[int, str], int] = {}
+    for r in requests:
+        counts[(r.level, r.prompt_id)] = counts.get((r.level, r.prompt_id), 0) + 1
+    repeated = sorted({prompt for (_, prompt), n in counts.items() if n > 1})
+    if not repeated:
+        return []
+    most = max(counts.values())
+    return [f"{len(repeated)} prompt(s) run up to {most} times within one level (e.g. {repeated[0]!r}): "
+            "the prompt set is smaller than per_category, so later copies may hit the prefix cache; "
+            "give more prompts or lower per_category."]
+
+
+def check_open_files(concurrency: int, workers: int = 1) -> None:
+    """Raise one sentence when the open-file limit cannot hold ``concurrency`` streams
+    (one socket each, plus headroom for files, pipes and control connections); raises the
+    soft limit up to the hard one first, as servers commonly do."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to check
+        return
+    per_process = -(-concurrency // max(workers, 1))
+    needed = per_process + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft < needed:
+        raise SpeclabError(
+            f"Concurrency {concurrency} needs about {needed} open files per client process but the limit "
+            f"is {soft}; raise it (ulimit -n {needed}) or spread the streams with more workers.")
+
+
+def check_before_sweep(config: SweepConfig, plan: Plan | None = None,
+                       run_dir: str | Path | None = None) -> Plan:
+    """Everything checkable without a server, checked before one is started or probed:
+    the API key variable, the run folder, the open-file limit and the plan (prompt file,
+    categories, counts). Returns the plan; raises SpeclabError with one sentence."""
+    auth_headers(config.api_key_env)
+    if run_dir is not None:
+        check_run_dir(run_dir)
+    check_open_files(max(config.concurrency), config.workers)
+    if plan is None:
+        plan = plan_sweep(config)
+        for note in plan.notes:
+            print(f"speclab: warning: {note}", file=sys.stderr)
+    return plan
 
 
 def _interleave(batch: list[Prompt]) -> list[Prompt]:
@@ -88,9 +145,11 @@ def _interleave(batch: list[Prompt]) -> list[Prompt]:
     return out
 
 
-def _spec_for(planned: PlannedRequest, prompt: Prompt, arm: str) -> RequestSpec:
+def _spec_for(planned: PlannedRequest, prompt: Prompt, arm: str, copy: int = 0) -> RequestSpec:
+    # ``copy`` numbers repeats of a prompt within a level, so that request ids stay unique
+    # and both arms of a comparison pair copy n with copy n.
     return RequestSpec(
-        request_id=f"{arm}-L{planned.level}-{planned.prompt_id}",
+        request_id=f"{arm}-L{planned.level}-{planned.prompt_id}" + (f"-copy{copy}" if copy else ""),
         prompt_id=planned.prompt_id,
         category=planned.category,
         messages=[dict(m) for m in prompt.messages] if prompt.messages else None,
@@ -357,6 +416,8 @@ def measure_sweep(
     plan = plan or plan_sweep(config)
     plan.save(run.path)
     run.update(sweep=config.sweep_only().model_dump(mode="json"))
+    if plan.notes:  # printed by check_before_sweep; kept with the run for the report
+        run.update(warnings=list(plan.notes))
     result = SweepResult(run.path)
     stop = threading.Event()
     # Scrapes and cache resets carry the key too: some deployments protect /metrics.
@@ -366,7 +427,11 @@ def measure_sweep(
     try:
         for level, concurrency, rate, repeat in plan.levels():
             planned = plan.for_level(level)
-            specs = [_spec_for(p, plan.prompts[p.prompt_id], arm) for p in planned]
+            copies: dict[str, int] = {}
+            specs = []
+            for p in planned:
+                specs.append(_spec_for(p, plan.prompts[p.prompt_id], arm, copies.get(p.prompt_id, 0)))
+                copies[p.prompt_id] = copies.get(p.prompt_id, 0) + 1
             if config.reset_prefix_cache:
                 with contextlib.suppress(httpx.HTTPError):
                     control.post(ep.at_root("reset_prefix_cache"))
@@ -447,6 +512,8 @@ def bench(
 
     if config.api_key_env and not target.api_key_env:
         target = target.model_copy(update={"api_key_env": config.api_key_env})
+    # Bad input stops here, before a server starts and before a run folder exists.
+    plan = check_before_sweep(config, plan, run_dir)
     # The same manifest shape as a notebook run: flat params, the sweep beside them.
     params = {"mode": target.mode, "endpoint": target.endpoint, "dtype": target.dtype,
               "option": target.option.model_dump(mode="json"), **config.sweep_only().model_dump(mode="json")}

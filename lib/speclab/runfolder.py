@@ -125,6 +125,7 @@ class Plan:
     requests: list[PlannedRequest]
     prompts: dict[str, Prompt]
     reused_prompts: bool = False
+    notes: list[str] = field(default_factory=list)  # why prompts repeat, shown to the user
 
     def levels(self) -> list[tuple[int, int, float | None, int]]:
         seen: dict[int, tuple[int, int, float | None, int]] = {}
@@ -141,6 +142,7 @@ class Plan:
                 handle.write(orjson.dumps(prompt.to_json()) + b"\n")
         write_json(folder / PLAN_JSON, {
             "reused_prompts": self.reused_prompts,
+            "notes": self.notes,
             "requests": [r.__dict__ for r in self.requests],
         })
 
@@ -154,7 +156,7 @@ class Plan:
         data = read_json(folder / PLAN_JSON)
         prompts = {p.id: p for p in load_jsonl(folder / PROMPTS_JSONL)}
         requests = [PlannedRequest(**r) for r in data["requests"]]
-        return cls(requests, prompts, bool(data.get("reused_prompts")))
+        return cls(requests, prompts, bool(data.get("reused_prompts")), list(data.get("notes") or []))
 
 
 def read_records(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -170,6 +170,24 @@ def read_json(path: Path) -> Any:
         raise SpeclabError(f"{path} is not valid JSON (line {exc.lineno}); the run may have crashed.") from None
 
 
+def check_run_dir(run_dir: str | Path) -> Path:
+    """Raise one sentence unless ``run_dir`` can become a new run folder: not a file, not a
+    finished run, and inside a folder this process may write to. Creates nothing."""
+    path = Path(run_dir)
+    if path.exists() and not path.is_dir():
+        raise SpeclabError(f"--out {path} is a file; give a folder for the run (a new one is best).")
+    if (path / MANIFEST).exists():
+        raise SpeclabError(f"{path} already holds a run; give a new --out folder (runs are never overwritten).")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise SpeclabError(f"--out {path} lies under the file {existing}; give a folder path.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpeclabError(f"Cannot write the run folder {path}: {existing} is not writable; choose another --out.")
+    return path
+
+
 class Run:
     """A run folder and its manifest."""
 

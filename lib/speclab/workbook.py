@@ -12,7 +12,7 @@ from speclab.compare import load_contamination
 from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity
-from speclab.loadgen import SweepResult, measure_sweep
+from speclab.loadgen import SweepResult, check_before_sweep, measure_sweep
 from speclab.options import SpecOption, default_option
 from speclab.params import BaselineParams, ProfileNotebookParams, SpecParams, _NotebookParams
 from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
@@ -56,8 +56,10 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
     """Start/reach the server with speculation off and sweep it; data lands in the run folder."""
     target = params.target(SpecOption())
     config = params.sweep_only()
+    plan = check_before_sweep(config)  # bad prompts or limits stop before the server starts
     with serve_target(target, run) as live:
-        result = measure_sweep(live.endpoint, live.model, config, run, arm="baseline", progress=progress)
+        result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="baseline",
+                               progress=progress)
         return SweepOutcome(result, live.identity)
 
 
@@ -83,6 +85,7 @@ def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> O
     option = params.option()
     target = params.model_copy(update={"dtype": dtype}).target(option)
     run.update(baseline_run=str(baseline_dir), method=params.method, option=option.model_dump(mode="json"))
+    check_before_sweep(config, plan)
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan,
                                arm=params.method, progress=progress)

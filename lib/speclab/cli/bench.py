@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 import typing
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -79,8 +78,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from speclab.target import ServerTarget
 
     config = sweep_from_args(args)
-    if args.out and (Path(args.out) / "manifest.json").exists():
-        raise SpeclabError(f"{args.out} already holds a run; give a new --out folder (runs are never overwritten).")
     if args.endpoint is not None:
         if not args.endpoint.strip():
             # An unset shell variable must not silently measure the embedded server instead.
