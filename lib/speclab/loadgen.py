@@ -14,6 +14,8 @@ import concurrent.futures
 import contextlib
 import functools
 import multiprocessing
+import os
+import queue as queue_module
 import random
 import sys
 import threading
@@ -254,9 +256,33 @@ def _run_coroutine(coro_factory: Callable[[], Any]) -> Any:
         return pool.submit(runner).result()
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """A worker must never outlive the sweep that started it and keep loading the server:
+    ask Linux to SIGKILL it when its parent dies, and watch the parent as a fallback."""
+    import ctypes
+    import os
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    # SIGTERM/SIGINT of a worker alone: stop at once, like the parent would.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(1))
+
+
 def _worker_main(args: tuple[Any, ...]) -> None:
     """A client process: runs its share of a level and streams records back on a queue."""
-    endpoint_root, model, config_json, spec_dicts, concurrency, rate, t0, queue, seed = args
+    endpoint_root, model, config_json, spec_dicts, concurrency, rate, t0, queue, seed, parent = args
+    _die_with_parent(parent)
     config = SweepConfig.model_validate_json(config_json)
     specs = [RequestSpec(**d) for d in spec_dicts]
     stop = threading.Event()
@@ -297,16 +323,24 @@ def _level_in_workers(
     processes = []
     for i in range(n):
         args = (endpoint.root, model, config.model_dump_json(), [s.__dict__ for s in shares[i]],
-                per_worker[i], worker_rate, t0, queue, seed + i)
+                per_worker[i], worker_rate, t0, queue, seed + i, os.getpid())
         process = context.Process(target=_worker_main, args=(args,), daemon=True)
         process.start()
         processes.append(process)
     lags: list[dict[str, Any]] = []
     errors: list[str] = []
     finished = 0
+    completed = False
     try:
         while finished < n:
-            kind, payload = queue.get()
+            try:
+                kind, payload = queue.get(timeout=1.0)
+            except queue_module.Empty:
+                # A worker killed from outside sends nothing more: do not wait for it forever.
+                if not any(p.is_alive() for p in processes) and queue.empty():
+                    errors.append(f"a client worker died (exit codes {[p.exitcode for p in processes]})")
+                    break
+                continue
             if kind == "record":
                 on_record(_record_from_row(payload))
             elif kind == "lag":
@@ -315,11 +349,14 @@ def _level_in_workers(
             else:
                 errors.append(payload)
                 finished += 1
+        completed = True
     finally:
         for process in processes:
+            if not completed:  # Ctrl-C, SIGTERM or an error here: stop sending at once
+                process.terminate()
             process.join(timeout=5)
             if process.is_alive():
-                process.terminate()
+                process.kill()
     if errors:
         raise SpeclabError(f"A client worker failed: {errors[0]}; rerun with workers: 1 to see it.")
     keys = ("lag_p50_s", "lag_p99_s", "lag_max_s")

@@ -35,6 +35,24 @@ _SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|authorization|bearer|(^|
 _NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM (see :func:`terminate_like_ctrl_c`): handled like
+    Ctrl-C (measured data kept, servers stopped), but recorded as ``terminated``."""
+
+
+def terminate_like_ctrl_c() -> None:
+    """From now on SIGTERM raises :class:`Terminated` in the main thread, so a ``kill`` or a
+    batch scheduler's stop finalises the manifest instead of leaving it at ``running``."""
+    import signal
+    import threading
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise Terminated("terminated by SIGTERM")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def utc_now() -> str:
     """Current UTC time, ISO 8601 with a Z."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -272,6 +290,9 @@ class Run:
         as ok at the end unless ``finalize_ok`` is False (later steps still belong to the run)."""
         try:
             yield self
+        except Terminated:
+            self.finalize("terminated", "terminated by SIGTERM; the records measured so far are kept")
+            raise
         except KeyboardInterrupt:
             self.finalize("interrupted", "interrupted by the user")
             raise

@@ -31,8 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one clear sentence on bad input, never a traceback."""
+    from speclab.runs import Terminated, terminate_like_ctrl_c
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    terminate_like_ctrl_c()
     try:
         return int(args.func(args) or 0)
     except ValidationError as exc:
@@ -43,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.detail:
             print(strip_credentials_in_text(exc.detail), file=sys.stderr)
         return 1
+    except Terminated:
+        print("speclab: terminated (SIGTERM); servers stopped, measured data kept.", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("speclab: interrupted; servers stopped, measured data kept.", file=sys.stderr)
         return 130
