@@ -36,7 +36,7 @@ def with_occurrence(frame: pd.DataFrame) -> pd.DataFrame:
     ranked = frame.assign(_copy=0)
     if "request_id" in frame:
         copy = frame["request_id"].astype(str).str.extract(r"-copy(\d+)$")[0]
-        ranked["_copy"] = copy.fillna(0).astype(int)
+        ranked["_copy"] = pd.to_numeric(copy, errors="coerce").fillna(0).astype(int)
     order = ["_copy"] + (["send_time_s"] if "send_time_s" in frame else [])
     ranked = ranked.sort_values(order, kind="stable")
     ranked["occurrence"] = ranked.groupby(PAIR_KEYS, sort=False).cumcount()

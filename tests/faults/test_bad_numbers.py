@@ -1,0 +1,115 @@
+"""Statistics and bookkeeping that must not mislead: pairing, outcome, secrets, input checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from speclab.client import default_timeouts
+from speclab.compare import losslessness, pair_requests, paired_speedups
+from speclab.errors import SpeclabError
+from speclab.loadgen import SweepConfig, check_before_sweep, plan_sweep
+from speclab.outcome import assess_levels
+from speclab.prompts import Prompt
+from speclab.runs import Run, check_run_dir, redact, redact_argv
+from speclab.urls import Endpoint, strip_credentials, strip_credentials_in_text
+
+
+def arm(name: str, copies: int, e2e: list[float]) -> pd.DataFrame:
+    rows = [{"concurrency": 1, "repeat": 0, "prompt_id": "p1", "category": "c", "ok": True,
+             "output_tokens": 10, "e2e_s": e2e[i], "tpot_s": 0.1, "ttft_s": 0.01,
+             "send_time_s": float(i), "token_ids": [1, 2, i], "text": f"t{i}",
+             "request_id": f"{name}-L0-p1" + (f"-copy{i}" if i else "")} for i in range(copies)]
+    return pd.DataFrame(rows)
+
+
+def test_repeated_prompts_pair_once_each_not_as_a_cartesian_product() -> None:
+    base = arm("baseline", 4, [1.0, 1.1, 1.2, 1.3])
+    # the treatment finished its copies in another order: pairing follows the plan's copy number
+    treat = arm("ngram", 4, [0.5, 0.55, 0.6, 0.65]).iloc[[2, 0, 3, 1]]
+    pairs = pair_requests(base, treat)
+    assert len(pairs) == 4  # was 16
+    assert sorted(pairs["occurrence"]) == [0, 1, 2, 3]
+    assert (pairs["e2e_s_treat"] * 2 == pairs["e2e_s_base"]).all()
+    assert paired_speedups(base, treat)["pairs"].iloc[0] == 4
+    assert len(losslessness(base, treat)) == 4
+
+
+def test_a_failed_copy_does_not_shift_the_pairing() -> None:
+    base = arm("baseline", 3, [1.0, 1.1, 1.2])
+    treat = arm("ngram", 3, [0.5, 0.55, 0.6])
+    treat.loc[0, "ok"] = False
+    pairs = pair_requests(base, treat).sort_values("occurrence")
+    assert list(pairs["occurrence"]) == [1, 2]
+    assert list(pairs["e2e_s_base"]) == [1.1, 1.2]
+
+
+def test_a_small_prompt_file_is_reused_visibly() -> None:
+    prompts = [Prompt(id="a", category="mine", messages=[{"role": "user", "content": "hi"}])]
+    plan = plan_sweep(SweepConfig(concurrency=[1], per_category=3), prompts)
+    assert len(plan.requests) == 3
+    assert plan.reused_prompts
+    assert any("3 times within one level" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize("levels,status", [
+    ([{"requests": 10, "errors": 0}], "ok"),
+    ([{"requests": 100, "errors": 5}], "ok"),
+    ([{"requests": 100, "errors": 6, "truncated": 6}], "degraded"),
+    ([{"requests": 4, "errors": 4, "error_examples": ["HTTP 503: busy"]}], "failed"),
+    ([{"requests": 4, "errors": 4}, {"requests": 4, "errors": 0}], "degraded"),
+    ([], "failed"),
+])
+def test_the_outcome_follows_the_records(levels: list[dict], status: str) -> None:
+    outcome = assess_levels(levels)
+    assert outcome.status == status
+    assert (outcome.sentence is None) == (status == "ok")
+
+
+def test_a_degraded_sweep_stays_degraded_when_the_notebook_finalises_ok(tmp_path: Path) -> None:
+    run = Run.create("x", {}, run_dir=tmp_path / "run")
+    run.update(outcome=assess_levels([{"requests": 10, "errors": 5}]).to_dict())
+    run.finalize("ok")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["status"] == "degraded" and "5 of 10 requests failed" in manifest["error"]
+
+
+def test_credentials_are_used_but_never_shown() -> None:
+    ep = Endpoint.parse("http://bob:s3cret@gpu:8000/v1")
+    assert ep.credentials == ("bob", "s3cret")
+    assert str(ep) == ep.public == "http://gpu:8000" and "s3cret" not in repr(ep)
+    assert ep.without_credentials().api("models") == "http://gpu:8000/v1/models"
+    assert strip_credentials("https://u:p@h/x") == "https://h/x"
+    assert strip_credentials_in_text("GET http://u:p@h:1/v1 failed") == "GET http://h:1/v1 failed"
+    assert redact({"target": {"endpoint": "http://u:p@h"}, "api_key_env": "MY_KEY", "api_key": "k"}) == {
+        "target": {"endpoint": "http://h"}, "api_key_env": "MY_KEY", "api_key": "<redacted>"}
+    assert redact_argv(["--endpoint", "http://u:p@h", "--api-key", "k"]) == [
+        "--endpoint", "http://h", "--api-key", "<redacted>"]
+
+
+def test_bad_input_is_refused_before_any_server_or_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpeclabError, match="is a file"):
+        check_run_dir(tmp_path / "file")
+    with pytest.raises(SpeclabError, match="lies under the file"):
+        check_run_dir(tmp_path / "file" / "run")
+    monkeypatch.delenv("NO_SUCH_KEY_16", raising=False)
+    with pytest.raises(SpeclabError, match="NO_SUCH_KEY_16"):
+        check_before_sweep(SweepConfig(api_key_env="NO_SUCH_KEY_16"), run_dir=tmp_path / "run")
+    with pytest.raises(SpeclabError, match="open files"):
+        check_before_sweep(SweepConfig(concurrency=[10**9]), run_dir=tmp_path / "run")
+    with pytest.raises(SpeclabError, match="Unknown category"):
+        check_before_sweep(SweepConfig(categories=["nope"]), run_dir=tmp_path / "run")
+    with pytest.raises(ValueError, match="finite"):
+        SweepConfig(rate=float("inf"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_default_timeouts_grow_with_max_tokens() -> None:
+    idle_short, deadline_short = default_timeouts(16)
+    idle_long, deadline_long = default_timeouts(4096)
+    assert deadline_short < deadline_long and idle_short <= deadline_short
+    assert idle_long == 300.0 and deadline_long > 600
