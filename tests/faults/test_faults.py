@@ -23,7 +23,7 @@ def bench(server: FaultServer, out: Path, *extra: str, endpoint: str | None = No
     return main([
         "bench", "--endpoint", endpoint or server.url, "--out", str(out), "--quiet",
         "--categories", "summarization", "--per-category", str(REQUESTS), "--concurrency", "2",
-        "--warmup", "0", "--max-tokens", "8", "--idle-timeout", "0.5", "--request-timeout", "2",
+        "--warmup-requests", "0", "--max-tokens", "8", "--idle-timeout-s", "0.5", "--request-timeout-s", "2",
         *extra,
     ])
 
@@ -100,7 +100,7 @@ def test_stalls_and_ping_only_streams_time_out(
 def test_the_deadline_ends_a_stream_that_keeps_pinging(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Pings are not data, but a generous idle timeout must still be capped by the deadline.
     with FaultServer("ping") as server:
-        rc = bench(server, tmp_path / "run", "--idle-timeout", "30", "--request-timeout", "0.7")
+        rc = bench(server, tmp_path / "run", "--idle-timeout-s", "30", "--request-timeout-s", "0.7")
     assert rc == 1
     assert "request deadline of 0.7 s" in one_sentence(capsys.readouterr().err)
 

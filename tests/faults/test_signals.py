@@ -21,7 +21,7 @@ def start_bench(server: FaultServer, out: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": f"{LIB}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen(
         [sys.executable, "-c", "import sys; from speclab.cli import main; sys.exit(main())", "bench", "--endpoint", server.url, "--out", str(out),
-         "--quiet", "--workers", "2", "--concurrency", "4", "--per-category", "6", "--warmup", "0",
+         "--quiet", "--workers", "2", "--concurrency", "4", "--per-category", "6", "--warmup-requests", "0",
          "--max-tokens", "8"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
