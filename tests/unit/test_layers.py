@@ -15,7 +15,7 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 
 LAYERS: dict[str, set[str]] = {
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
-                   "runfolder", "sections", "sweep"},
+                   "runfolder", "sections", "sweep", "auth", "outcome"},
     "analysis": {"replay", "costmodel", "predict", "compare", "profiling", "profiling.trace",
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
