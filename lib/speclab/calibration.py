@@ -46,6 +46,31 @@ def plan_per_category(
     return Plan(requests, plan.prompts, plan.reused_prompts, plan.notes)
 
 
+def calibration_prompts(source: str | None, categories: Sequence[str] | None,
+                        used: set[str]) -> tuple[list[Prompt], str]:
+    """Prompts for the verify-cost calibration, none of them in ``used`` (the baseline's
+    plan), and one sentence saying which were taken.
+
+    The prompt source's own leftovers come first (same categories as the baseline); when
+    the baseline used them all, the built-in sets stand in: the calibration measures the
+    server's step cost, which any real prompt exercises. Raises one sentence when even
+    those are used up, so that it can be checked before the baseline sweep starts.
+    """
+    from speclab.prompts import load_builtin, load_prompts
+
+    own = [p for p in load_prompts(source, categories) if p.id not in used]
+    if own:
+        cats = sorted({p.category for p in own})
+        return own, (f"calibration on {len(own)} prompt(s) the baseline did not use, from "
+                     f"{source or 'the built-in sets'} ({', '.join(cats)})")
+    builtin = [p for p in load_builtin() if p.id not in used]
+    if builtin:
+        return builtin, (f"calibration on the built-in prompt sets: the baseline used every prompt of "
+                         f"{source or 'its categories'}")
+    raise SpeclabError("No prompt is left for the verify-cost calibration once the baseline's are set "
+                       "aside; lower per_category, add prompts, or set verify_cost: baseline_slope.")
+
+
 @dataclass
 class VerifyCostCalibration:
     """What :func:`measure_verify_cost` measured and fitted."""

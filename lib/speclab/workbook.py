@@ -57,6 +57,10 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
     target = params.target(SpecOption())
     config = params.sweep_only()
     plan = check_before_sweep(config)  # bad prompts or limits stop before the server starts
+    if params.verify_cost == "calibrate":  # its prompts are checked now, not after the sweep
+        from speclab.calibration import calibration_prompts
+
+        calibration_prompts(params.prompts, params.categories, set(plan.prompts))
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="baseline",
                                progress=progress)
@@ -209,17 +213,20 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
     cost_model.json so 02-ngram and 05-report predict with the same model.
     """
-    from speclab.calibration import measure_verify_cost
+    from speclab.calibration import calibration_prompts, measure_verify_cost
     from speclab.costmodel import VerifyCost
     from speclab.embedded import embedded_option
-    from speclab.prompts import load_prompts
 
     record: dict[str, Any] = {"source": params.verify_cost}
     if params.verify_cost == "calibrate":
         used = set(Plan.load(run.path).prompts)  # calibrate on prompts the baseline did not use
-        pool = [p for p in load_prompts(params.prompts, params.categories) if p.id not in used]
+        pool, said = calibration_prompts(params.prompts, params.categories, used)
+        print(f"speclab: {said}")
+        record["calibration_prompts"] = said
+        # The pool is passed in: its own categories, not the baseline's, choose the plan.
         config = params.sweep_only().model_copy(update={
-            "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1})
+            "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1,
+            "prompts": None, "categories": None})
         target = params.target(embedded_option("ngram"))
         calibration = measure_verify_cost(target, config, prompts=pool, progress=progress,
                                           outputs_root=run.path / "calibration")

@@ -113,3 +113,23 @@ def test_default_timeouts_grow_with_max_tokens() -> None:
     idle_long, deadline_long = default_timeouts(4096)
     assert deadline_short < deadline_long and idle_short <= deadline_short
     assert idle_long == 300.0 and deadline_long > 600
+
+
+def test_calibration_takes_prompts_it_can_use(tmp_path: Path) -> None:
+    from speclab.calibration import calibration_prompts, plan_per_category
+
+    own = tmp_path / "mine.jsonl"
+    own.write_text("".join(json.dumps({"id": f"m{i}", "category": "mine",
+                                       "messages": [{"role": "user", "content": f"q{i}"}]}) + "\n"
+                           for i in range(3)))
+    baseline = plan_sweep(SweepConfig(prompts=str(own), categories=["mine"], per_category=2, concurrency=[1]))
+    pool, said = calibration_prompts(str(own), ["mine"], set(baseline.prompts))
+    assert [p.id for p in pool] == ["m2"] and "did not use" in said  # the file's leftover
+    # a baseline that used the whole file: the built-in sets stand in (this used to stop
+    # after the whole baseline with "No prompts were selected")
+    everything = plan_sweep(SweepConfig(prompts=str(own), categories=["mine"], per_category=3, concurrency=[1]))
+    pool, said = calibration_prompts(str(own), ["mine"], set(everything.prompts))
+    assert pool and all(p.category != "mine" for p in pool) and "built-in" in said
+    assert plan_per_category(SweepConfig(per_category=1, concurrency=[1]), pool).requests
+    with pytest.raises(SpeclabError, match="No prompt is left"):
+        calibration_prompts(str(own), ["mine"], set(everything.prompts) | {p.id for p in pool})
