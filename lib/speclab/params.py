@@ -72,7 +72,7 @@ class BaselineParams(_ServerParams, SweepConfig):
 
     notebook: ClassVar[str] = "01-baseline"
     predict_methods: list[Literal["ngram", "suffix"]] = Field(
-        ["ngram", "suffix"], description="options to predict from this baseline")
+        ["ngram", "suffix"], min_length=1, description="options to predict from this baseline")
     predict_k: int = Field(NGRAM_K, ge=1, le=16, description="n-gram k for the predictions")
     predict_suffix_k: int = Field(SUFFIX_K, ge=1, le=32, description="suffix k for the predictions")
     verify_cost: Literal["calibrate", "baseline_slope", "explicit"] = Field(

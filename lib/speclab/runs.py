@@ -9,6 +9,7 @@ redacted wherever they appear.
 from __future__ import annotations
 
 import contextlib
+import errno
 import datetime as dt
 import importlib.metadata
 import json
@@ -282,7 +283,22 @@ class Run:
         self.manifest["status"] = status
         self.manifest["error"] = strip_credentials_in_text(error) if error else error
         self.manifest["finished_utc"] = utc_now()
-        self.save()
+        try:
+            self.save()
+        except OSError:
+            # Disk full: a new manifest cannot be written, but the old one's bytes can be
+            # overwritten in place, so the run at least stops claiming to be running.
+            self._mark_failed_in_place()
+            raise
+
+    def _mark_failed_in_place(self) -> None:
+        path = self.path / MANIFEST
+        with contextlib.suppress(OSError), open(path, "r+b") as handle:
+            text = handle.read()
+            at = text.find(b'"status": "running"')
+            if at >= 0:
+                handle.seek(at)
+                handle.write(b'"status": "failed" ')  # same length: no new disk block needed
 
     @contextlib.contextmanager
     def recording(self, finalize_ok: bool = True) -> Iterator[Run]:
@@ -298,7 +314,10 @@ class Run:
             raise
         except BaseException as exc:
             message = exc.message if isinstance(exc, SpeclabError) else f"{type(exc).__name__}: {exc}"
-            self.finalize("failed", message)
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                message = "The disk is full; free space and run again (records written so far are kept)."
+            with contextlib.suppress(OSError):  # keep the original error, not the failed write
+                self.finalize("failed", message)
             raise
         else:
             if finalize_ok:

@@ -133,3 +133,26 @@ def test_calibration_takes_prompts_it_can_use(tmp_path: Path) -> None:
     assert plan_per_category(SweepConfig(per_category=1, concurrency=[1]), pool).requests
     with pytest.raises(SpeclabError, match="No prompt is left"):
         calibration_prompts(str(own), ["mine"], set(everything.prompts) | {p.id for p in pool})
+
+
+def test_no_method_to_predict_is_refused_when_the_parameters_are_read() -> None:
+    from speclab.params import BaselineParams
+
+    with pytest.raises(SpeclabError, match="predict_methods"):
+        BaselineParams.validate_values({"predict_methods": [], "verify_cost": "baseline_slope"})
+
+
+def test_a_full_disk_does_not_leave_the_run_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import speclab.runs
+
+    run = Run.create("x", {}, run_dir=tmp_path / "run")
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(speclab.runs, "write_json", disk_full)
+    with pytest.raises(OSError), run.recording():
+        disk_full()  # e.g. appending a record
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "failed"

@@ -7,6 +7,7 @@ One module per group of subcommands (``server``: setup/serve/probe/explain-seeds
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 
@@ -45,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"speclab: {strip_credentials_in_text(exc.message)}", file=sys.stderr)
         if exc.detail:
             print(strip_credentials_in_text(exc.detail), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        print("speclab: the disk is full; free space and run again (records written so far are kept).",
+              file=sys.stderr)
         return 1
     except Terminated:
         print("speclab: terminated (SIGTERM); servers stopped, measured data kept.", file=sys.stderr)
