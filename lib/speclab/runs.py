@@ -9,8 +9,8 @@ redacted wherever they appear.
 from __future__ import annotations
 
 import contextlib
-import errno
 import datetime as dt
+import errno
 import importlib.metadata
 import json
 import os
