@@ -17,6 +17,7 @@ from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, SpecOption, default_option
 from speclab.sweep import SweepConfig
 from speclab.target import ServerTarget
+from speclab.urls import restore_credentials
 
 Mode = Literal["embedded", "external"]
 
@@ -62,7 +63,7 @@ class _ServerParams(_NotebookParams):
 
     def target(self, option: SpecOption) -> ServerTarget:
         return ServerTarget(
-            mode=self.mode, endpoint=self.endpoint, option=option, dtype=self.dtype,
+            mode=self.mode, endpoint=restore_credentials(self.endpoint), option=option, dtype=self.dtype,
             strict_option=self.strict_option, api_key_env=self.api_key_env,
         )
 

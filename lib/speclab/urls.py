@@ -9,6 +9,7 @@ dropped their acceptance numbers (docs/measurement.md section 4).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -50,6 +51,32 @@ _URL_WITH_CREDENTIALS = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/@\s\"']+@", re.I
 def strip_credentials_in_text(text: str) -> str:
     """Every ``scheme://user:pass@`` in free text (an error, a command line) without the credentials."""
     return _URL_WITH_CREDENTIALS.sub(r"\1", text) if "@" in text else text
+
+
+# ``speclab run`` hands a notebook the endpoint without its password (the executed notebook
+# is kept) and the full URL in this variable of the kernel's environment.
+ENDPOINT_URL_ENV = "SPECLAB_ENDPOINT_URL"
+
+
+def hide_credentials(url: str | None) -> str | None:
+    """``url`` without credentials, the full one kept in ``$SPECLAB_ENDPOINT_URL`` for this
+    process and its children (the notebook kernel); see :func:`restore_credentials`."""
+    if not url or strip_credentials(url) == url:
+        return url
+    os.environ[ENDPOINT_URL_ENV] = url
+    return strip_credentials(url)
+
+
+def restore_credentials(url: str | None) -> str | None:
+    """The full URL from ``$SPECLAB_ENDPOINT_URL`` when it names the same server as ``url``."""
+    full = os.environ.get(ENDPOINT_URL_ENV)
+    if not url or not full:
+        return url
+    try:
+        same = Endpoint.parse(full).public == Endpoint.parse(url).public
+    except SpeclabError:
+        return url
+    return full if same else url
 
 
 @dataclass(frozen=True)

@@ -156,3 +156,19 @@ def test_a_full_disk_does_not_leave_the_run_running(tmp_path: Path, monkeypatch:
     with pytest.raises(OSError), run.recording():
         disk_full()  # e.g. appending a record
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "failed"
+
+
+def test_speclab_run_hands_the_notebook_no_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    from speclab.options import SpecOption
+    from speclab.params import BaselineParams
+    from speclab.urls import ENDPOINT_URL_ENV, hide_credentials
+
+    monkeypatch.delenv(ENDPOINT_URL_ENV, raising=False)
+    shown = hide_credentials("http://bob:s3cret@gpu:8000/v1")
+    assert shown == "http://gpu:8000/v1"  # what papermill writes into the executed notebook
+    params = BaselineParams.validate_values({"mode": "external", "endpoint": shown,
+                                             "verify_cost": "baseline_slope"})
+    assert params.target(SpecOption()).endpoint == "http://bob:s3cret@gpu:8000/v1"  # the kernel's request URL
+    other = BaselineParams.validate_values({"mode": "external", "endpoint": "http://other:8000",
+                                            "verify_cost": "baseline_slope"})
+    assert other.target(SpecOption()).endpoint == "http://other:8000"

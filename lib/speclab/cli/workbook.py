@@ -67,8 +67,14 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     """
     import papermill
 
+    from speclab.urls import hide_credentials
+
     source = notebook_path(notebook)
     params, label = merge_params(source.stem, files, overrides)
+    # A password in the endpoint must not land in the executed notebook: the kernel gets it
+    # from its environment instead.
+    if params.get("endpoint"):
+        params["endpoint"] = hide_credentials(params["endpoint"])
     if outputs_root:
         params.setdefault("outputs_root", outputs_root)
     run_dir = new_run_dir(f"{source.stem}-{label}", params.get("outputs_root"))
