@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv setup demo test test-unit test-integration test-notebooks lint lab bench bench-predictor bench-profile clean-outputs
+.PHONY: help venv server-venv setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,6 +35,9 @@ test: setup ## the full suite: unit, integration (real embedded vLLM) and notebo
 
 test-unit: venv ## unit tests only (no server; seconds)
 	@$(BIN)/python -m pytest -q -ra tests/unit
+
+test-faults: venv ## the fault suite: kills, stalls, resets, bad streams, auth, signals (a fake server; ~1 min)
+	@$(BIN)/python -m pytest -q -ra tests/faults
 
 test-integration: setup ## integration tests against the real embedded vLLM
 	@$(BIN)/python -m pytest -q -ra tests/integration

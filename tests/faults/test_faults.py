@@ -166,3 +166,10 @@ def test_a_password_in_the_url_is_used_but_never_stored_or_printed(
     assert "hunter2" not in err.err + err.out
     for path in (tmp_path / "run").iterdir():
         assert "hunter2" not in path.read_text(errors="replace"), path.name
+
+
+def test_an_empty_endpoint_is_an_error_not_the_embedded_server(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["bench", "--endpoint", "", "--out", str(tmp_path / "run"), "--quiet"])
+    assert rc == 1 and "--endpoint is empty" in one_sentence(capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
