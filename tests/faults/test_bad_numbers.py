@@ -172,3 +172,28 @@ def test_speclab_run_hands_the_notebook_no_password(monkeypatch: pytest.MonkeyPa
     other = BaselineParams.validate_values({"mode": "external", "endpoint": "http://other:8000",
                                             "verify_cost": "baseline_slope"})
     assert other.target(SpecOption()).endpoint == "http://other:8000"
+
+
+def test_reasoning_streamed_is_counted_when_the_server_reports_zero() -> None:
+    # vLLM 0.32 counts reasoning only between <think> and </think> in the generated ids; a
+    # template that opens the thought in the prompt gets reasoning_tokens 0 in usage
+    # (seen on the embedded reasoning variant). The stream's exact per-chunk split wins.
+    from speclab.client import RequestSpec, StreamAccumulator
+
+    def event(**delta: object) -> bytes:
+        return json.dumps(delta).encode()
+
+    acc = StreamAccumulator(RequestSpec(request_id="r", prompt_id="p", messages=[]), send_perf=0.0, t0=0.0)
+    acc.http_status = 200
+    usage = {"prompt_tokens": 5, "completion_tokens": 0, "completion_tokens_details": {"reasoning_tokens": 0}}
+    for i, (key, text) in enumerate([("reasoning", "Paris"), ("content", ""), ("content", " the"),
+                                     ("content", " city")], start=1):
+        delta = {key: text} if text else {}
+        acc.feed(0.1 * i, event(choices=[{"index": 0, "delta": delta, "finish_reason": None}],
+                                usage={**usage, "completion_tokens": i}))
+    acc.feed(0.5, event(choices=[], usage={**usage, "completion_tokens": 4}))
+    acc.feed(0.5, b"[DONE]")
+    rec = acc.finish()
+    assert rec.ok and rec.output_tokens == 4
+    assert rec.reasoning_tokens == 1 and rec.answer_tokens == 3  # not 0 and 4
+    assert rec.ttfa_s == pytest.approx(0.3) and rec.ttft_s == pytest.approx(0.1)

@@ -237,8 +237,15 @@ class StreamAccumulator:
         if isinstance(usage.get("prompt_tokens"), int):
             rec.prompt_tokens = usage["prompt_tokens"]
         details = usage.get("completion_tokens_details") or {}
-        if isinstance(details, dict) and isinstance(details.get("reasoning_tokens"), int):
-            rec.reasoning_tokens = details["reasoning_tokens"]
+        server_reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        # vLLM counts reasoning tokens between <think> and </think> in the *generated* ids
+        # (reasoning/basic_parsers.py count_reasoning_tokens), so a chat template that opens
+        # the thought in the prompt (DeepSeek-R1, Qwen3 style) gets 0 while the stream says
+        # otherwise: when every chunk had an exact count and reasoning was streamed, the
+        # stream's own split wins.
+        trust_stream = self._exact and chunks and (self._reasoning or server_reasoning is None)
+        if not trust_stream and isinstance(server_reasoning, int):
+            rec.reasoning_tokens = server_reasoning
         elif self._exact and chunks:
             if self._phase == "reasoning":
                 self._r_tokens += self._pending
