@@ -118,6 +118,35 @@ class SpecParams(_ServerParams):
         return SpecOption(method="suffix", num_speculative_tokens=self.k)
 
 
+class Eagle3Params(_ServerParams):
+    """03-eagle3-drafter: a baseline's prompts and sweep with an EAGLE-3 drafter, and Option D's plan."""
+
+    notebook: ClassVar[str] = "03-eagle3-drafter"
+    dtype: Literal["bfloat16", "float32"] | None = Field(None, description="None = the baseline run's dtype")
+    baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
+    drafter: str | None = Field(None, description="drafter path or hub id (None, embedded: the trained head, built once)")
+    drafter_config: str | None = Field(None, description="the drafter's config.json for the match check (None: <drafter>/config.json)")
+    target_config: str | None = Field(None, description="the served model's config.json (None, embedded: the embedded model's)")
+    target_name: str | None = Field(None, description="the served model's name or hub id, for the trained-for check")
+    engine: Literal["vllm", "sglang"] = Field("vllm", description="external: the engine, for the launch flags shown")
+    k: int = Field(3, ge=1, le=16, description="num_speculative_tokens (SGLang: steps, topk 1, k+1 draft tokens)")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
+    bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")
+    predict_offline: bool = Field(True, description="embedded: run the head offline over the baseline's tokens")
+    plan_target_config: str | None = Field(None, description="Option D: config.json of the model to train for (None: the served one)")
+    plan_samples: int = Field(300_000, gt=0, description="Option D: training conversations")
+    plan_tokens_per_sample: int = Field(2048, gt=0, description="Option D: mean tokens per conversation")
+    plan_epochs: float = Field(3.0, gt=0, description="Option D: epochs")
+    plan_capture: Literal["offline", "online", "hybrid"] = Field("online", description="Option D: hidden-state capture")
+    plan_prefill_tokens_per_s: float | None = Field(None, gt=0, description="Option D: target prefill tok/s (None: the baseline's)")
+    plan_gpus_per_replica: int = Field(8, gt=0, description="Option D: GPUs one target replica holds")
+    plan_gpu_hour_usd: float = Field(3.5, ge=0, description="Option D: price of a GPU-hour")
+    plan_step_time: str = Field("measure", description="'measure' (time a head of the plan's shape here) or a case in the shipped H200 data")
+
+    def option(self, drafter: str | None = None) -> SpecOption:
+        return SpecOption(method="eagle3", model=drafter or self.drafter, num_speculative_tokens=self.k)
+
+
 class ReportParams(_NotebookParams):
     """05-report: the decision, from run folders only."""
 
@@ -163,6 +192,7 @@ NOTEBOOK_PARAMS: dict[str, type[_NotebookParams]] = {
     "00-profile": ProfileNotebookParams,
     "01-baseline": BaselineParams,
     "02-ngram": SpecParams,
+    "03-eagle3-drafter": Eagle3Params,
     "05-report": ReportParams,
 }
 

@@ -78,5 +78,9 @@ def test_the_seeds_scenario_example_validates_and_explains_the_loss() -> None:
 
 @pytest.mark.parametrize("path", PARAM_FILES, ids=lambda p: str(p.relative_to(ROOT / "params")))
 def test_every_params_file_validates(path: Path) -> None:
-    notebook = path.parent.name if path.parent.parent.name == "params" else path.stem
+    from speclab.params import NOTEBOOK_PARAMS
+
+    # examples are named <notebook>[-variant].yaml, e.g. 03-eagle3-drafter-sglang.yaml
+    notebook = path.parent.name if path.parent.parent.name == "params" else max(
+        (n for n in NOTEBOOK_PARAMS if path.stem.startswith(n)), key=len, default=path.stem)
     validate_params_file(notebook, path)

@@ -151,19 +151,27 @@ class Eagle3Head(nn.Module):
 
     def state_dict_for_vllm(self) -> dict[str, torch.Tensor]:
         """Tensors named as vLLM 0.32's `Eagle3LlamaForCausalLM.load_weights` expects."""
-        names = {
-            "fc": "fc.weight",
-            "input_layernorm": "midlayer.input_layernorm.weight",
-            "hidden_norm": "midlayer.hidden_norm.weight",
-            "post_attention_layernorm": "midlayer.post_attention_layernorm.weight",
-            "q_proj": "midlayer.self_attn.q_proj.weight",
-            "k_proj": "midlayer.self_attn.k_proj.weight",
-            "v_proj": "midlayer.self_attn.v_proj.weight",
-            "o_proj": "midlayer.self_attn.o_proj.weight",
-            "gate_proj": "midlayer.mlp.gate_proj.weight",
-            "up_proj": "midlayer.mlp.up_proj.weight",
-            "down_proj": "midlayer.mlp.down_proj.weight",
-            "norm": "norm.weight",
-            "lm_head": "lm_head.weight",
-        }
-        return {name: getattr(self, attr).weight.detach().contiguous() for attr, name in names.items()}
+        return {name: getattr(self, attr).weight.detach().contiguous() for attr, name in VLLM_NAMES.items()}
+
+    def load_vllm_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy weights saved by `state_dict_for_vllm` (any dtype) into this head."""
+        with torch.no_grad():
+            for attr, name in VLLM_NAMES.items():
+                getattr(self, attr).weight.copy_(tensors[name].float())
+
+
+VLLM_NAMES = {
+    "fc": "fc.weight",
+    "input_layernorm": "midlayer.input_layernorm.weight",
+    "hidden_norm": "midlayer.hidden_norm.weight",
+    "post_attention_layernorm": "midlayer.post_attention_layernorm.weight",
+    "q_proj": "midlayer.self_attn.q_proj.weight",
+    "k_proj": "midlayer.self_attn.k_proj.weight",
+    "v_proj": "midlayer.self_attn.v_proj.weight",
+    "o_proj": "midlayer.self_attn.o_proj.weight",
+    "gate_proj": "midlayer.mlp.gate_proj.weight",
+    "up_proj": "midlayer.mlp.up_proj.weight",
+    "down_proj": "midlayer.mlp.down_proj.weight",
+    "norm": "norm.weight",
+    "lm_head": "lm_head.weight",
+}

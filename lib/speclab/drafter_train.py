@@ -1,0 +1,129 @@
+"""Train the embedded model's EAGLE-3 head, and time training steps, through the server venv.
+
+Measurement side (starts the embedded server, runs torch scripts as subprocesses); the
+arithmetic that uses the results lives in `speclab.trainplan`, the method in
+`docs/eagle3.md`. Every function that starts vLLM or trains expects its caller to hold
+`/tmp/speclab-vllm.lock` on shared machines (the Makefile target and tests do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from speclab.drafter_corpus import training_corpus
+from speclab.embedded import SERVED_MODEL_NAME, cache_dir, embedded_launch, ensure_model, ensure_server_venv
+from speclab.errors import SpeclabError
+from speclab.server import ManagedServer, free_port
+
+_SCRIPTS = Path(__file__).resolve().parent / "scripts"
+# bump when the corpus, the pipeline or its defaults change: the cached head is rebuilt
+TRAINED_HEAD_VERSION = "v1"
+DEFAULT_TRAIN_SECONDS = 480.0
+
+
+def trained_head_dir() -> Path:
+    """Where the embedded model's trained head is cached (outside git)."""
+    return cache_dir() / "drafters" / f"smollm2-135m-eagle3-trained-{TRAINED_HEAD_VERSION}"
+
+
+def _answer(client: httpx.Client, url: str, item: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    body = {"model": SERVED_MODEL_NAME, "messages": item["messages"], "max_tokens": max_tokens,
+            "temperature": 0.0, "return_token_ids": True}
+    response = client.post(url, json=body)
+    if response.status_code != 200:
+        raise SpeclabError(f"The server refused a training prompt ({response.status_code}); its answer: {response.text[:200]}")
+    data = response.json()
+    choice = data["choices"][0]
+    return {"id": item["id"], "category": item["category"], "prompt_token_ids": data["prompt_token_ids"],
+            "output_token_ids": choice["token_ids"], "finish_reason": choice.get("finish_reason")}
+
+
+def generate_answers(base_url: str, prompts: list[dict[str, Any]], out_path: Path, *,
+                     max_tokens: int = 256, concurrency: int = 8) -> Path:
+    """The served model's greedy answers with exact token ids, one JSONL row per prompt."""
+    url = base_url.rstrip("/") + "/v1/chat/completions"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with httpx.Client(timeout=httpx.Timeout(300.0), limits=httpx.Limits(max_connections=concurrency)) as client, \
+            ThreadPoolExecutor(concurrency) as pool:
+        rows = list(pool.map(lambda item: _answer(client, url, item, max_tokens), prompts))
+    out_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out_path
+
+
+def embedded_training_data(out_path: Path, *, prompts: int = 280, max_tokens: int = 256, log_dir: Path | None = None) -> Path:
+    """Start the embedded baseline server, collect its answers to the training corpus, stop it."""
+    launch = embedded_launch(port=free_port())
+    log = (log_dir or out_path.parent) / "datagen-server.log"
+    with ManagedServer(launch, log) as server:
+        return generate_answers(server.endpoint.root, training_corpus(prompts), out_path, max_tokens=max_tokens)
+
+
+def _run_script(args: list[str], what: str, threads: int = 2) -> str:
+    python = ensure_server_venv()
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = subprocess.run([str(python), *args], capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise SpeclabError(f"{what} failed; the script's output ends with:", detail=(result.stdout + result.stderr)[-3000:])
+    return result.stdout
+
+
+def train_head(data: Path, out_dir: Path, *, seconds: float = DEFAULT_TRAIN_SECONDS, ttt: int = 3,
+               draft_vocab: int = 8192, threads: int = 2, extra: list[str] | None = None) -> dict[str, Any]:
+    """Train a head on `data` (answers with token ids) into `out_dir`; returns its training note."""
+    target = ensure_model(ensure_server_venv())
+    _run_script([str(_SCRIPTS / "train_eagle3_head.py"), "train", str(target), str(data), str(out_dir),
+                 "--seconds", str(seconds), "--ttt", str(ttt), "--draft-vocab", str(draft_vocab),
+                 "--threads", str(threads), *(extra or [])], "Training the EAGLE-3 head", threads)
+    return json.loads((out_dir / "training.json").read_text())
+
+
+def evaluate_head(head_dir: Path, data: Path, out_json: Path, *, steps: int = 3, threads: int = 2) -> dict[str, Any]:
+    """Run the head offline over `data`'s token ids; per-sample and overall per-position acceptance."""
+    target = ensure_model(ensure_server_venv())
+    _run_script([str(_SCRIPTS / "train_eagle3_head.py"), "evaluate", str(target), str(head_dir), str(data),
+                 str(out_json), "--steps", str(steps), "--threads", str(threads)], "Evaluating the EAGLE-3 head", threads)
+    return json.loads(out_json.read_text())
+
+
+def ensure_trained_head(*, seconds: float = DEFAULT_TRAIN_SECONDS, prompts: int = 280) -> Path:
+    """The embedded model's trained head, built once (data generation + training) and cached."""
+    target = trained_head_dir()
+    if (target / "model.safetensors").exists():
+        return target
+    work = target.parent / f"{target.name}-work"
+    data = work / "answers.jsonl"
+    if not data.exists():
+        embedded_training_data(data, prompts=prompts, log_dir=work)
+    tmp = target.parent / f"{target.name}-partial"
+    note = train_head(data, tmp, seconds=seconds)
+    tmp.rename(target)
+    print(f"trained EAGLE-3 head in {target}: held-out per-position acceptance "
+          f"{note['held_out_per_position_acceptance']} after {note['train_s']} s of training")
+    return target
+
+
+def measure_step_time(cases: list[dict[str, Any]], out_json: Path, *, python: str | None = None) -> dict[str, Any]:
+    """Time one training step per head shape on whatever device the server venv's torch sees."""
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    cases_path = out_json.with_suffix(".cases.json")
+    cases_path.write_text(json.dumps(cases))
+    interpreter = python or str(ensure_server_venv())
+    result = subprocess.run([interpreter, str(_SCRIPTS / "time_eagle3_step.py"), str(cases_path), str(out_json)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SpeclabError("Timing the training step failed; the script's output ends with:",
+                           detail=(result.stdout + result.stderr)[-3000:])
+    return json.loads(out_json.read_text())
+
+
+if __name__ == "__main__":  # `make eagle3-head`
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRAIN_SECONDS
+    print(ensure_trained_head(seconds=seconds))

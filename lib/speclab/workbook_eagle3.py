@@ -1,0 +1,244 @@
+"""What notebook 03-eagle3-drafter calls: match check, the drafter run, the offline
+prediction, Option D's plan and the report section. Method: `docs/eagle3.md`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from speclab.drafter import DrafterMatch, require_drafter_match
+from speclab.errors import SpeclabError
+from speclab.identity import ServerIdentity
+from speclab.loadgen import Plan, SweepResult, measure_sweep
+from speclab.params import BaselineParams, Eagle3Params
+from speclab.results import RunData, load_run
+from speclab.runs import Run
+from speclab.target import serve_target
+from speclab.trainplan import (
+    DataPlan,
+    StepTime,
+    TargetShape,
+    Throughput,
+    estimate_plan,
+    shipped_step_times,
+    step_time_from_record,
+    write_plan,
+)
+from speclab.workbook import resolve_baseline
+
+
+def _read_json(path: str | Path, what: str) -> dict[str, Any]:
+    file = Path(path).expanduser()
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError:
+        raise SpeclabError(f"The {what} {file} does not exist; give the path of a config.json.") from None
+    except json.JSONDecodeError:
+        raise SpeclabError(f"The {what} {file} is not valid JSON; give the model's config.json.") from None
+
+
+def resolve_drafter(params: Eagle3Params) -> tuple[str, dict[str, Any], dict[str, Any], str | None]:
+    """The drafter to serve, its config, the target's config and the target's name.
+
+    Embedded: the trained head (built and cached the first time: minutes) unless `drafter` is given.
+    """
+    drafter = params.drafter
+    target_name = params.target_name
+    if params.mode == "embedded":
+        from speclab.drafter_train import ensure_trained_head
+        from speclab.embedded import ensure_model, ensure_server_venv
+
+        drafter = drafter or str(ensure_trained_head())
+        model = ensure_model(ensure_server_venv())
+        target_config = _read_json(params.target_config or model / "config.json", "target config")
+        target_name = target_name or model.name
+    else:
+        if not drafter:
+            raise SpeclabError("External mode needs 'drafter': the drafter path or hub id the server was started with.")
+        if not params.target_config:
+            raise SpeclabError("External mode needs 'target_config': a copy of the served model's config.json for the match check.")
+        target_config = _read_json(params.target_config, "target config")
+    config_path = params.drafter_config or Path(drafter).expanduser() / "config.json"
+    drafter_config = _read_json(config_path, "drafter config")
+    return drafter, drafter_config, target_config, target_name
+
+
+def match_check(params: Eagle3Params) -> tuple[str, DrafterMatch]:
+    """Refuse (one sentence) a drafter that cannot work on the target, before anything loads."""
+    drafter, drafter_config, target_config, target_name = resolve_drafter(params)
+    result = require_drafter_match(drafter_config, target_config, drafter_name=drafter, target_name=target_name)
+    return drafter, result
+
+
+def match_table(result: DrafterMatch) -> pd.DataFrame:
+    """The fields compared, drafter beside target."""
+    d, t = result.facts["drafter"], result.facts["target"]
+    rows = [("hidden size read", d["target_hidden_size"], t["hidden_size"]),
+            ("vocabulary", d["vocab_size"], t["vocab_size"]),
+            ("draft vocabulary", d["draft_vocab_size"], None),
+            ("captured layers", d["aux_layer_ids"], t["num_hidden_layers"]),
+            ("architectures", d["architectures"], t["architectures"]),
+            ("trained for", result.facts.get("trained_for"), result.facts.get("target_stem"))]
+    return pd.DataFrame(rows, columns=["field", "drafter", "target"]).astype({"drafter": str, "target": str})
+
+
+def launch_flags(params: Eagle3Params, drafter: str) -> str:
+    """The restart this run stands for, in the engine's own flags."""
+    option = params.option(drafter)
+    if params.engine == "sglang":
+        return " ".join(option.sglang_args())
+    return "--speculative-config '" + json.dumps(option.vllm_speculative_config()) + "'"
+
+
+def run_eagle3(params: Eagle3Params, run: Run, drafter: str, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity, Path]:
+    """Rerun exactly the baseline's prompts and sweep with the EAGLE-3 drafter on."""
+    baseline_dir = resolve_baseline(params.baseline_run, params.outputs_root)
+    baseline_params = BaselineParams.validate_values(
+        {k: v for k, v in (load_run(baseline_dir).manifest.get("params") or {}).items()
+         if k in BaselineParams.model_fields})
+    plan = Plan.load(baseline_dir)
+    config = baseline_params.sweep(params.api_key_env)
+    dtype = params.dtype if params.dtype else baseline_params.dtype
+    option = params.option(drafter)
+    target = params.model_copy(update={"dtype": dtype}).target(option)
+    run.update(baseline_run=str(baseline_dir), method="eagle3", option=option.model_dump(mode="json"))
+    with serve_target(target, run) as live:
+        result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="eagle3", progress=progress)
+        return result, live.identity, baseline_dir
+
+
+def baseline_token_rows(baseline: RunData, out_path: Path) -> Path:
+    """The baseline's own prompts and greedy answers as token ids (one JSONL row per prompt)."""
+    frame = baseline.requests
+    needed = {"prompt_token_ids", "token_ids"}
+    if frame.empty or not needed <= set(frame.columns):
+        raise SpeclabError("The baseline run recorded no token ids; rerun 01-baseline on a server that returns them.")
+    ok = frame[frame["ok"].astype(bool)].dropna(subset=list(needed)).drop_duplicates("prompt_id")
+    rows = [{"id": r["prompt_id"], "category": r["category"], "prompt_token_ids": list(r["prompt_token_ids"]),
+             "output_token_ids": list(r["token_ids"])} for r in ok.to_dict("records")]
+    out_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return out_path
+
+
+def predict_offline(baseline: RunData, head_dir: str, run_dir: Path, k: int) -> pd.DataFrame:
+    """Per category: per-position acceptance of the head run offline over the baseline's tokens."""
+    from speclab.drafter_train import evaluate_head
+
+    rows = baseline_token_rows(baseline, run_dir / "offline-tokens.jsonl")
+    result = evaluate_head(Path(head_dir), rows, run_dir / "offline-prediction.json", steps=k)
+    return offline_table(result["samples"])
+
+
+def offline_table(samples: list[dict[str, Any]]) -> pd.DataFrame:
+    """Pool per-sample counts into per-category (and `all`) per-position rates."""
+    frame = pd.DataFrame(samples)
+    if frame.empty:
+        return pd.DataFrame()
+    k = len(frame["accepted_per_pos"].iloc[0])
+    for i in range(k):
+        frame[f"a{i}"] = frame["accepted_per_pos"].map(lambda v, i=i: v[i])
+    out = []
+    for category, group in [*frame.groupby("category"), ("all", frame)]:
+        rows = int(group["rows"].sum())
+        rates = [float(group[f"a{i}"].sum()) / rows if rows else float("nan") for i in range(k)]
+        out.append({"category": category, "rows": rows, **{f"position_{i}_rate": r for i, r in enumerate(rates)},
+                    "mean_acceptance_length": 1 + sum(rates)})
+    return pd.DataFrame(out)
+
+
+def measured_acceptance(spec: RunData) -> pd.DataFrame:
+    """Pooled per-position acceptance over the run's levels (counter deltas), one row `all`."""
+    levels = spec.levels
+    if levels.empty or "per_position_acceptance" not in levels:
+        return pd.DataFrame()
+    rates = [r for r in levels["per_position_acceptance"] if isinstance(r, list | tuple) and len(r)]
+    if not rates:
+        return pd.DataFrame()
+    weights = levels.get("num_drafts")
+    k = len(rates[0])
+    if weights is not None and weights.notna().all():
+        w = weights.astype(float).tolist()
+        pooled = [sum(r[i] * wi for r, wi in zip(rates, w, strict=False)) / sum(w) for i in range(k)]
+    else:
+        pooled = [sum(r[i] for r in rates) / len(rates) for i in range(k)]
+    return pd.DataFrame([{"category": "all", **{f"position_{i}_rate": v for i, v in enumerate(pooled)},
+                          "mean_acceptance_length": 1 + sum(pooled)}])
+
+
+def plan_step_time(params: Eagle3Params, shape: TargetShape, run_dir: Path, target_config: dict[str, Any]) -> StepTime:
+    """A measured step: timed here for the plan target's head shape, or the shipped H200 case."""
+    if params.plan_step_time != "measure":
+        return step_time_from_record(shipped_step_times(), params.plan_step_time)
+    from speclab.drafter_train import measure_step_time
+
+    text = target_config.get("text_config") or target_config
+    heads = int(text.get("num_attention_heads", max(1, shape.hidden_size // 64)))
+    case = {"name": f"{shape.name}-head", "hidden": shape.hidden_size, "heads": heads,
+            "kv_heads": int(text.get("num_key_value_heads", heads)),
+            "head_dim": int(text.get("head_dim") or shape.hidden_size // heads),
+            "intermediate": int(text.get("intermediate_size", 4 * shape.hidden_size)),
+            "draft_vocab": min(shape.vocab_size, 32000), "target_hidden": shape.hidden_size,
+            "seq_len": 512, "batch": 1, "ttt_steps": 3, "repeats": 3}
+    record = measure_step_time([case], run_dir / "step-time.json")
+    return step_time_from_record(record, case["name"])
+
+
+def option_d_plan(params: Eagle3Params, run_dir: Path, target_config: dict[str, Any], target_name: str,
+                  prefill_tokens_per_s: float) -> tuple[pd.DataFrame, Path]:
+    """Option D's estimate for the plan's target, written as `next-steps-eagle.md`."""
+    config = _read_json(params.plan_target_config, "plan target config") if params.plan_target_config else target_config
+    name = Path(params.plan_target_config).parent.name if params.plan_target_config else target_name
+    shape = TargetShape.from_config(config, name)
+    step = plan_step_time(params, shape, run_dir, config)
+    data = DataPlan(samples=params.plan_samples, tokens_per_sample=params.plan_tokens_per_sample,
+                    epochs=params.plan_epochs, capture=params.plan_capture)
+    throughput = Throughput(prefill_tokens_per_s=params.plan_prefill_tokens_per_s or prefill_tokens_per_s,
+                            gpus_per_replica=params.plan_gpus_per_replica, gpu_hour_usd=params.plan_gpu_hour_usd)
+    plan = estimate_plan(shape, data, step, throughput)
+    note = (f"Training step measured on {step.device} ({step.name or 'this machine'}); the shipped H200 figures"
+            " for Kimi-K2.5's head shape are in speclab's data/eagle3/step_time_h200.json.")
+    return plan.table(), write_plan(run_dir, plan, measured_note=note)
+
+
+def baseline_prefill_tokens_per_s(baseline: RunData) -> float:
+    """A lower bound on prefill speed from the baseline: prompt tokens / TTFT at concurrency 1."""
+    frame = baseline.requests
+    ok = frame[frame["ok"].astype(bool)]
+    if "prompt_tokens" in ok and "concurrency" in ok:
+        single = ok[ok["concurrency"] == ok["concurrency"].min()]
+        ttft = single["ttft_s"].sum()
+        if ttft > 0:
+            return float(single["prompt_tokens"].sum() / ttft)
+    raise SpeclabError("The baseline has no prompt tokens or TTFT to estimate prefill speed; set plan_prefill_tokens_per_s.")
+
+
+def write_report_section(run_dir: str | Path, *, comparison: pd.DataFrame, predicted: pd.DataFrame | None,
+                         measured: pd.DataFrame, plan_table: pd.DataFrame, match: DrafterMatch,
+                         drafter: str) -> Path:
+    """05-report's view of this run: speedups, predicted vs measured acceptance, the plan."""
+    from speclab.sections import write_section
+
+    summary = [f"EAGLE-3 drafter {Path(drafter).name} against the baseline's prompts."]
+    if not measured.empty:
+        row = measured.iloc[0]
+        summary.append(f"Measured mean acceptance length {row['mean_acceptance_length']:.2f}"
+                       f" (position 0: {row['position_0_rate']:.0%}).")
+    if predicted is not None and not predicted.empty:
+        row = predicted[predicted["category"] == "all"].iloc[0]
+        summary.append(f"Predicted offline before the restart: {row['mean_acceptance_length']:.2f}"
+                       f" (position 0: {row['position_0_rate']:.0%}).")
+    if not comparison.empty and "verdict" in comparison:
+        counts = comparison["verdict"].value_counts().to_dict()
+        summary.append("Paired verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())) + ".")
+    plan = plan_table.set_index("quantity")["value"]
+    summary.append(f"Option D (train your own head): ~{plan['train_gpu_hours']:,.0f} training GPU-hours,"
+                   f" ~{plan['total_gpu_hours']:,.0f} in all, ~${plan['cost_usd']:,.0f}; see next-steps-eagle.md.")
+    tables = {"speedup": comparison, "acceptance-measured": measured, "plan": plan_table}
+    if predicted is not None:
+        tables["acceptance-predicted"] = predicted
+    return write_section(run_dir, kind="03-eagle3-drafter", title="EAGLE-3 drafter", summary=summary,
+                         tables={k: v for k, v in tables.items() if v is not None and not v.empty},
+                         notes=match.warnings)
