@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -27,11 +28,16 @@ _SCRIPTS = Path(__file__).resolve().parent / "scripts"
 # bump when the corpus, the pipeline or its defaults change: the cached head is rebuilt
 TRAINED_HEAD_VERSION = "v1"
 DEFAULT_TRAIN_SECONDS = 480.0
+DEFAULT_PROMPTS = 280
+# the short head tests and smoke runs share (seconds to build instead of minutes)
+SMOKE_HEAD = {"prompts": 48, "seconds": 45.0, "max_tokens": 96}
 
 
-def trained_head_dir() -> Path:
-    """Where the embedded model's trained head is cached (outside git)."""
-    return cache_dir() / "drafters" / f"smollm2-135m-eagle3-trained-{TRAINED_HEAD_VERSION}"
+def trained_head_dir(prompts: int = DEFAULT_PROMPTS, seconds: float = DEFAULT_TRAIN_SECONDS,
+                     max_tokens: int = 256) -> Path:
+    """Where the embedded model's trained head is cached (outside git), one per recipe."""
+    recipe = f"p{prompts}-t{max_tokens}-s{seconds:g}"
+    return cache_dir() / "drafters" / f"smollm2-135m-eagle3-trained-{TRAINED_HEAD_VERSION}-{recipe}"
 
 
 def _answer(client: httpx.Client, url: str, item: dict[str, Any], max_tokens: int) -> dict[str, Any]:
@@ -93,17 +99,23 @@ def evaluate_head(head_dir: Path, data: Path, out_json: Path, *, steps: int = 3,
     return json.loads(out_json.read_text())
 
 
-def ensure_trained_head(*, seconds: float = DEFAULT_TRAIN_SECONDS, prompts: int = 280) -> Path:
-    """The embedded model's trained head, built once (data generation + training) and cached."""
-    target = trained_head_dir()
+def ensure_trained_head(*, seconds: float = DEFAULT_TRAIN_SECONDS, prompts: int = DEFAULT_PROMPTS,
+                        max_tokens: int = 256) -> Path:
+    """The embedded model's trained head, built once (data generation + training) and cached.
+
+    Starts the embedded server for the data and trains for `seconds`: hold the vLLM lock."""
+    target = trained_head_dir(prompts, seconds, max_tokens)
     if (target / "model.safetensors").exists():
         return target
     work = target.parent / f"{target.name}-work"
     data = work / "answers.jsonl"
     if not data.exists():
-        embedded_training_data(data, prompts=prompts, log_dir=work)
+        embedded_training_data(work / "answers.partial.jsonl", prompts=prompts, max_tokens=max_tokens, log_dir=work)
+        (work / "answers.partial.jsonl").rename(data)
     tmp = target.parent / f"{target.name}-partial"
     note = train_head(data, tmp, seconds=seconds)
+    if target.exists():
+        shutil.rmtree(target)
     tmp.rename(target)
     print(f"trained EAGLE-3 head in {target}: held-out per-position acceptance "
           f"{note['held_out_per_position_acceptance']} after {note['train_s']} s of training")
@@ -124,6 +136,7 @@ def measure_step_time(cases: list[dict[str, Any]], out_json: Path, *, python: st
     return json.loads(out_json.read_text())
 
 
-if __name__ == "__main__":  # `make eagle3-head`
+if __name__ == "__main__":  # `make eagle3-head` ([seconds] [prompts])
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRAIN_SECONDS
-    print(ensure_trained_head(seconds=seconds))
+    prompts = int(sys.argv[2]) if len(sys.argv) > 2 else DEFAULT_PROMPTS
+    print(ensure_trained_head(seconds=seconds, prompts=prompts))

@@ -51,7 +51,8 @@ def resolve_drafter(params: Eagle3Params) -> tuple[str, dict[str, Any], dict[str
         from speclab.drafter_train import ensure_trained_head
         from speclab.embedded import ensure_model, ensure_server_venv
 
-        drafter = drafter or str(ensure_trained_head())
+        drafter = drafter or str(ensure_trained_head(seconds=params.head_train_seconds, prompts=params.head_prompts,
+                                                     max_tokens=params.head_max_tokens))
         model = ensure_model(ensure_server_venv())
         target_config = _read_json(params.target_config or model / "config.json", "target config")
         target_name = target_name or model.name
