@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile clean-outputs
+.PHONY: help venv server-venv setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,6 +26,9 @@ server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 G
 
 setup: venv server-venv ## venvs + the embedded model converted once (cached in ~/.cache/speclab)
 	@$(BIN)/speclab setup --eagle3
+
+train-drafter: setup ## train the embedded model's EAGLE-3 head once (~4 min answers + 8 min training on 2 cores; cached)
+	@$(BIN)/python -m speclab.drafter_train
 
 demo: setup ## run the whole workbook on the embedded server; prints the HTML report's path
 	@$(BIN)/speclab demo

@@ -136,7 +136,7 @@ def measure_step_time(cases: list[dict[str, Any]], out_json: Path, *, python: st
     return json.loads(out_json.read_text())
 
 
-if __name__ == "__main__":  # `make eagle3-head` ([seconds] [prompts])
+if __name__ == "__main__":  # `make train-drafter` ([seconds] [prompts])
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRAIN_SECONDS
     prompts = int(sys.argv[2]) if len(sys.argv) > 2 else DEFAULT_PROMPTS
     print(ensure_trained_head(seconds=seconds, prompts=prompts))

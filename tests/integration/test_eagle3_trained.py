@@ -2,7 +2,7 @@
 the same token ids predicts the served per-position acceptance.
 
 Short on purpose (CI: ~3 min): 48 training prompts, 45 s of training; the demo's head is the
-cached `make eagle3-head` one (280 prompts, 8 minutes). Tolerance for offline vs served
+cached `make train-drafter` one (280 prompts, 8 minutes). Tolerance for offline vs served
 position-0 acceptance: 0.15 absolute - the offline count averages every answer row, the
 server drafts only from the last accepted token, and bf16 verification batches differently.
 """

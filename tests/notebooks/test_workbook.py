@@ -49,13 +49,17 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
     smoke = lambda name: [str(ROOT / "params" / name / "smoke.yaml")]
     baseline = run_notebook("01-baseline", smoke("01-baseline"), [], outputs_root=outputs)
     ngram = run_notebook("02-ngram", smoke("02-ngram"), [], outputs_root=outputs)
+    eagle = run_notebook("03-eagle3-drafter", smoke("03-eagle3-drafter"), [], outputs_root=outputs)
     report = run_notebook("05-report", smoke("05-report"), [], outputs_root=outputs)
-    for folder in (baseline, ngram, report):
+    for folder in (baseline, ngram, eagle, report):
         assert Run.open(folder).manifest["status"] == "ok"
         assert (folder / "report.html").stat().st_size > 10_000
         assert _errors(folder / "notebook.ipynb") == []
     assert (baseline / "requests.parquet").exists() and (ngram / "summary.json").exists()
     assert Run.open(ngram).manifest["baseline_run"] == str(baseline)
+    assert Run.open(eagle).manifest["baseline_run"] == str(baseline) and Run.open(eagle).manifest["method"] == "eagle3"
+    assert "Published anchors" in (eagle / "next-steps-eagle.md").read_text()
+    assert (eagle / "report_section" / "section.json").exists() and (eagle / "offline-prediction.json").exists()
     # predicted before the restart, from a real calibration run on other prompts
     import json
 
