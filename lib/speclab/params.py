@@ -129,6 +129,7 @@ class Eagle3Params(_ServerParams):
     target_config: str | None = Field(None, description="the served model's config.json (None, embedded: the embedded model's)")
     target_name: str | None = Field(None, description="the served model's name or hub id, for the trained-for check")
     engine: Literal["vllm", "sglang"] = Field("vllm", description="external: the engine, for the launch flags shown")
+    method: Literal["eagle3"] = Field("eagle3", description="always eagle3 (kept so run folders read like 02's)")
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens (SGLang: steps, topk 1, k+1 draft tokens)")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
     bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")

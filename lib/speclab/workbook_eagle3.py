@@ -151,22 +151,23 @@ def offline_table(samples: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def measured_acceptance(spec: RunData) -> pd.DataFrame:
-    """Pooled per-position acceptance over the run's levels (counter deltas), one row `all`."""
+    """Per-position acceptance pooled over the run's levels from counter deltas (one row `all`):
+    sum of accepted-at-position-i over sum of drafts, so busy levels weigh by their drafts."""
     levels = spec.levels
-    if levels.empty or "per_position_acceptance" not in levels:
+    if levels.empty or "server_counters" not in levels:
         return pd.DataFrame()
-    rates = [r for r in levels["per_position_acceptance"] if isinstance(r, list | tuple) and len(r)]
-    if not rates:
+    drafts, accepted = 0, None
+    for counters in levels["server_counters"]:
+        per_pos = (counters or {}).get("d_accepted_per_position")
+        if not counters or not counters.get("d_drafts") or not per_pos:
+            continue
+        drafts += int(counters["d_drafts"])
+        accepted = list(per_pos) if accepted is None else [a + b for a, b in zip(accepted, per_pos, strict=False)]
+    if not drafts or accepted is None:
         return pd.DataFrame()
-    weights = levels.get("num_drafts")
-    k = len(rates[0])
-    if weights is not None and weights.notna().all():
-        w = weights.astype(float).tolist()
-        pooled = [sum(r[i] * wi for r, wi in zip(rates, w, strict=False)) / sum(w) for i in range(k)]
-    else:
-        pooled = [sum(r[i] for r in rates) / len(rates) for i in range(k)]
-    return pd.DataFrame([{"category": "all", **{f"position_{i}_rate": v for i, v in enumerate(pooled)},
-                          "mean_acceptance_length": 1 + sum(pooled)}])
+    rates = [a / drafts for a in accepted]
+    return pd.DataFrame([{"category": "all", "drafts": drafts, **{f"position_{i}_rate": r for i, r in enumerate(rates)},
+                          "mean_acceptance_length": 1 + sum(rates)}])
 
 
 def plan_step_time(params: Eagle3Params, shape: TargetShape, run_dir: Path, target_config: dict[str, Any]) -> StepTime:
