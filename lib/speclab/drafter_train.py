@@ -82,7 +82,7 @@ def _run_script(args: list[str], what: str, threads: int = 2) -> str:
 
 
 def train_head(data: Path, out_dir: Path, *, seconds: float = DEFAULT_TRAIN_SECONDS, ttt: int = 3,
-               draft_vocab: int = 8192, threads: int = 2, extra: list[str] | None = None) -> dict[str, Any]:
+               draft_vocab: int = 4096, threads: int = 2, extra: list[str] | None = None) -> dict[str, Any]:
     """Train a head on `data` (answers with token ids) into `out_dir`; returns its training note."""
     target = ensure_model(ensure_server_venv())
     _run_script([str(_SCRIPTS / "train_eagle3_head.py"), "train", str(target), str(data), str(out_dir),

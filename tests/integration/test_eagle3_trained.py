@@ -29,7 +29,7 @@ def test_a_trained_head_loads_in_vllm_and_the_offline_replay_predicts_its_accept
     head = ensure_trained_head(**SMOKE_HEAD)
     config = json.loads((head / "config.json").read_text())
     note = config["speclab_training"]
-    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["draft_vocab_size"] == 8192
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["draft_vocab_size"] == 4096
     assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
     assert note["steps"] > 10 and len(note["held_out_per_position_acceptance"]) == 3
 
