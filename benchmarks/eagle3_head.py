@@ -21,8 +21,9 @@ import httpx
 from speclab.drafter_train import ensure_trained_head, evaluate_head
 from speclab.embedded import SERVED_MODEL_NAME, embedded_launch
 from speclab.metrics import scrape_metrics, window
+from speclab.options import SpecOption
 from speclab.prompts import BUILTIN_CATEGORIES, load_builtin
-from speclab.server import ManagedServer, SpecOption, free_port
+from speclab.server import ManagedServer, free_port
 
 
 def serve_and_time(option: SpecOption, prompts: list, max_tokens: int, log: Path) -> tuple[list[dict], object]:

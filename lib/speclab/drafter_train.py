@@ -20,8 +20,9 @@ from typing import Any
 import httpx
 
 from speclab.drafter_corpus import training_corpus
-from speclab.embedded import SERVED_MODEL_NAME, cache_dir, embedded_launch, ensure_model, ensure_server_venv
+from speclab.embedded import SERVED_MODEL_NAME, embedded_launch, ensure_model, ensure_server_venv
 from speclab.errors import SpeclabError
+from speclab.paths import cache_dir
 from speclab.server import ManagedServer, free_port
 
 _SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -122,7 +122,8 @@ class Eagle3Params(_ServerParams):
     """03-eagle3-drafter: a baseline's prompts and sweep with an EAGLE-3 drafter, and Option D's plan."""
 
     notebook: ClassVar[str] = "03-eagle3-drafter"
-    dtype: Literal["bfloat16", "float32"] | None = Field(None, description="None = the baseline run's dtype")
+    dtype: Literal["bfloat16", "float32"] | None = Field(  # type: ignore[assignment]  # None: inherit
+        None, description="None = the baseline run's dtype")
     baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
     drafter: str | None = Field(None, description="drafter path or hub id (None, embedded: the trained head, built once)")
     drafter_config: str | None = Field(None, description="the drafter's config.json for the match check (None: <drafter>/config.json)")

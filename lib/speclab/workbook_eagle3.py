@@ -11,10 +11,9 @@ import pandas as pd
 
 from speclab.drafter import DrafterMatch, require_drafter_match
 from speclab.errors import SpeclabError
-from speclab.identity import ServerIdentity
-from speclab.loadgen import Plan, SweepResult, measure_sweep
+from speclab.loadgen import measure_sweep
 from speclab.params import BaselineParams, Eagle3Params
-from speclab.results import RunData, load_run
+from speclab.runfolder import Plan, RunData, load_run
 from speclab.runs import Run
 from speclab.target import serve_target
 from speclab.trainplan import (
@@ -27,7 +26,7 @@ from speclab.trainplan import (
     step_time_from_record,
     write_plan,
 )
-from speclab.workbook import resolve_baseline
+from speclab.workbook import OptionOutcome, resolve_baseline
 
 
 def _read_json(path: str | Path, what: str) -> dict[str, Any]:
@@ -94,21 +93,21 @@ def launch_flags(params: Eagle3Params, drafter: str) -> str:
     return "--speculative-config '" + json.dumps(option.vllm_speculative_config()) + "'"
 
 
-def run_eagle3(params: Eagle3Params, run: Run, drafter: str, *, progress: bool = True) -> tuple[SweepResult, ServerIdentity, Path]:
+def run_eagle3(params: Eagle3Params, run: Run, drafter: str, *, progress: bool = True) -> OptionOutcome:
     """Rerun exactly the baseline's prompts and sweep with the EAGLE-3 drafter on."""
     baseline_dir = resolve_baseline(params.baseline_run, params.outputs_root)
     baseline_params = BaselineParams.validate_values(
         {k: v for k, v in (load_run(baseline_dir).manifest.get("params") or {}).items()
          if k in BaselineParams.model_fields})
     plan = Plan.load(baseline_dir)
-    config = baseline_params.sweep(params.api_key_env)
+    config = baseline_params.sweep_only().model_copy(update={"api_key_env": params.api_key_env})
     dtype = params.dtype if params.dtype else baseline_params.dtype
     option = params.option(drafter)
     target = params.model_copy(update={"dtype": dtype}).target(option)
     run.update(baseline_run=str(baseline_dir), method="eagle3", option=option.model_dump(mode="json"))
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="eagle3", progress=progress)
-        return result, live.identity, baseline_dir
+        return OptionOutcome(result, live.identity, baseline_dir)
 
 
 def baseline_token_rows(baseline: RunData, out_path: Path) -> Path:
@@ -178,14 +177,15 @@ def plan_step_time(params: Eagle3Params, shape: TargetShape, run_dir: Path, targ
 
     text = target_config.get("text_config") or target_config
     heads = int(text.get("num_attention_heads", max(1, shape.hidden_size // 64)))
-    case = {"name": f"{shape.name}-head", "hidden": shape.hidden_size, "heads": heads,
+    name = f"{shape.name}-head"
+    case: dict[str, Any] = {"name": name, "hidden": shape.hidden_size, "heads": heads,
             "kv_heads": int(text.get("num_key_value_heads", heads)),
             "head_dim": int(text.get("head_dim") or shape.hidden_size // heads),
             "intermediate": int(text.get("intermediate_size", 4 * shape.hidden_size)),
             "draft_vocab": min(shape.vocab_size, 32000), "target_hidden": shape.hidden_size,
             "seq_len": 512, "batch": 1, "ttt_steps": 3, "repeats": 3}
     record = measure_step_time([case], run_dir / "step-time.json")
-    return step_time_from_record(record, case["name"])
+    return step_time_from_record(record, name)
 
 
 def option_d_plan(params: Eagle3Params, run_dir: Path, target_config: dict[str, Any], target_name: str,

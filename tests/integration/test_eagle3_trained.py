@@ -18,8 +18,9 @@ import pytest
 from speclab.drafter_train import SMOKE_HEAD, ensure_trained_head, evaluate_head, generate_answers
 from speclab.embedded import embedded_launch
 from speclab.metrics import scrape_metrics, window
+from speclab.options import SpecOption
 from speclab.prompts import load_builtin
-from speclab.server import ManagedServer, SpecOption, free_port
+from speclab.server import ManagedServer, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from speclab.results import RunData
+from speclab.runfolder import RunData
 from speclab.workbook_eagle3 import measured_acceptance, offline_table
 
 
