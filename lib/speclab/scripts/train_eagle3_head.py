@@ -277,8 +277,9 @@ def chained_acceptance_all_rows(head, samples, embed, t2d_index, draft_ids, step
         logits = head.unrolled(aux, embeds, steps)
         greedy, length, plen = s["greedy"], len(s["ids"]), s["prompt_len"]
         t = torch.arange(length - 1)
-        # rows whose first drafted position lies in the answer and whose k-th is still known
-        rows = (t + 2 >= plen) & (t + steps <= length - 1)
+        # rows vLLM drafts from: the last prompt token on (the first answer token is the
+        # target's own), while the k-th drafted position is still inside the answer
+        rows = (t + 1 >= plen) & (t + steps <= length - 1)
         ok = torch.ones_like(rows)
         per_pos = []
         for j in range(steps):
