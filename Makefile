@@ -27,7 +27,7 @@ server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 G
 setup: venv server-venv ## venvs + the embedded model converted once (cached in ~/.cache/speclab)
 	@$(BIN)/speclab setup --eagle3
 
-train-drafter: setup ## train the embedded model's EAGLE-3 head once (~4 min answers + 8 min training on 2 cores; cached)
+train-drafter: setup ## train the embedded model's EAGLE-3 head once (~18 min on 2 cores: answers, features, 8 min of training; cached)
 	@$(BIN)/python -m speclab.drafter_train
 
 demo: setup ## run the whole workbook on the embedded server; prints the HTML report's path
