@@ -149,6 +149,12 @@ def offline_table(samples: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def offline_draft_step_s(run_dir: str | Path) -> dict[str, float]:
+    """The head's drafting-step time per batch size, timed by the offline prediction."""
+    record = json.loads((Path(run_dir) / "offline-prediction.json").read_text())
+    return {str(b): float(t) for b, t in record["draft_step_s"].items()}
+
+
 def measured_acceptance(spec: RunData) -> pd.DataFrame:
     """Per-position acceptance pooled over the run's levels from counter deltas (one row `all`):
     sum of accepted-at-position-i over sum of drafts, so busy levels weigh by their drafts."""
@@ -219,7 +225,7 @@ def baseline_prefill_tokens_per_s(baseline: RunData) -> float:
 
 def write_report_section(run_dir: str | Path, *, comparison: pd.DataFrame, predicted: pd.DataFrame | None,
                          measured: pd.DataFrame, plan_table: pd.DataFrame, match: DrafterMatch,
-                         drafter: str) -> Path:
+                         drafter: str, speed_check: pd.DataFrame | None = None) -> Path:
     """05-report's view of this run: speedups, predicted vs measured acceptance, the plan."""
     from speclab.sections import write_section
 
@@ -241,6 +247,53 @@ def write_report_section(run_dir: str | Path, *, comparison: pd.DataFrame, predi
     tables = {"speedup": comparison, "acceptance-measured": measured, "plan": plan_table}
     if predicted is not None:
         tables["acceptance-predicted"] = predicted
+    if speed_check is not None and not speed_check.empty:
+        tables["speedup-predicted-vs-measured"] = speed_check
     return write_section(run_dir, kind="03-eagle3-drafter", title="EAGLE-3 drafter", summary=summary,
                          tables={k: v for k, v in tables.items() if v is not None and not v.empty},
                          notes=match.warnings)
+
+
+def predict_speedups(baseline_dir: str | Path, predicted: pd.DataFrame, k: int,
+                     draft_step_s: dict[str, float]) -> pd.DataFrame:
+    """Predicted tok/s and speedup per category x concurrency before the restart.
+
+    Acceptance from the offline replay (tokens per step = its mean acceptance length), the
+    verify step from the baseline's calibrated step-time model (`cost_model.json`), and the
+    drafter's k forward passes per step from `draft_step_s` (the head's compute timed
+    offline, interpolated in the batch size; the engine's per-step overhead is not in it).
+    """
+    import numpy as np
+
+    from speclab.costmodel import predict_speedup
+    from speclab.predict import level_timings
+    from speclab.workbook import load_cost_model
+
+    model = load_cost_model(baseline_dir)
+    if model is None:
+        raise SpeclabError("The baseline run has no cost_model.json; rerun 01-baseline (it calibrates the verify cost).")
+    sizes = sorted((int(b), float(t)) for b, t in draft_step_s.items())
+    xs, ys = np.array([b for b, _ in sizes], dtype=float), np.array([t for _, t in sizes])
+    levels = level_timings(baseline_dir)[["concurrency", "batch"]].drop_duplicates("concurrency")
+    rows = []
+    for row in predicted.to_dict("records"):
+        for level in levels.to_dict("records"):
+            batch = float(level["batch"])
+            draft_s = k * float(np.interp(batch, xs, ys))
+            out = predict_speedup(model, batch, float(row["mean_acceptance_length"]), 1.0 + k, draft_s=draft_s)
+            rows.append({"category": row["category"], "concurrency": int(level["concurrency"]),
+                         "predicted_acceptance_length": float(row["mean_acceptance_length"]),
+                         "draft_ms_per_step": draft_s * 1e3, "predicted_tok_s": out["spec_tok_s"],
+                         "predicted_speedup": out["speedup"]})
+    return pd.DataFrame(rows)
+
+
+def predicted_vs_measured_speedup(predicted: pd.DataFrame, comparison: pd.DataFrame) -> pd.DataFrame:
+    """Predicted speedup beside the paired measurement, per category x concurrency."""
+    if predicted.empty or comparison.empty:
+        return pd.DataFrame()
+    measured = comparison[["category", "concurrency", "speedup", "ci_low", "ci_high", "verdict"]].rename(
+        columns={"speedup": "measured_speedup"})
+    both = predicted.merge(measured, on=["category", "concurrency"], how="inner")
+    both["error_pct"] = 100 * (both["predicted_speedup"] / both["measured_speedup"] - 1)
+    return both

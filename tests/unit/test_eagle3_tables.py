@@ -29,3 +29,31 @@ def test_measured_acceptance_weights_levels_by_their_drafts() -> None:
     row = measured_acceptance(run).iloc[0]
     assert row["position_0_rate"] == pytest.approx((50 + 90) / 400)
     assert row["mean_acceptance_length"] == pytest.approx(1 + 0.35 + 0.125)
+
+
+def test_predicted_speedup_follows_acceptance_verify_cost_and_draft_time(tmp_path) -> None:
+    """With an explicit verify cost, speedup = L x T(B,1) / (T(B,1) + extra(B*k) + k x draft)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from speclab.predict import level_timings
+    from speclab.workbook_eagle3 import predict_speedups, predicted_vs_measured_speedup
+
+    base = tmp_path / "baseline"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "predict" / "f32-baseline", base)
+    (base / "cost_model.json").write_text(json.dumps(
+        {"source": "explicit", "verify": {"overhead_s": 0.002, "per_token_s": 0.001, "exponent": 1.0}}))
+    predicted = pd.DataFrame([{"category": "all", "mean_acceptance_length": 2.0}])
+    table = predict_speedups(base, predicted, k=3, draft_step_s={"1": 0.001, "16": 0.004})
+    timings = level_timings(base).drop_duplicates("concurrency").set_index("concurrency")
+    for row in table.to_dict("records"):
+        batch = timings.loc[row["concurrency"], "batch"]
+        t1 = timings.loc[row["concurrency"], "tpot_s"]
+        draft = 3 * (0.001 + (0.003 * (min(max(batch, 1), 16) - 1) / 15))
+        expected = 2.0 * t1 / (t1 + 0.002 + 0.001 * batch * 3 + draft)
+        assert row["predicted_speedup"] == pytest.approx(expected, rel=0.02)
+    measured = pd.DataFrame([{"category": "all", "concurrency": int(table["concurrency"].iloc[0]),
+                              "speedup": 1.0, "ci_low": 0.9, "ci_high": 1.1, "verdict": "no difference"}])
+    both = predicted_vs_measured_speedup(table, measured)
+    assert len(both) == 1 and both["error_pct"].iloc[0] == pytest.approx(100 * (both["predicted_speedup"].iloc[0] - 1))

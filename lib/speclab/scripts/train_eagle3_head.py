@@ -262,7 +262,9 @@ def cmd_evaluate(a: argparse.Namespace) -> None:
     # the teacher's token may fall outside the draft vocabulary: then no draft can match it,
     # so such rows count as rejections rather than being dropped
     results = chained_acceptance_all_rows(head, samples, model.get_input_embeddings().weight.detach(), t2d_index, draft_ids, a.steps)
-    Path(a.out).write_text(json.dumps({"samples": results, "overall": summarise(results)}, indent=1))
+    batches = [int(b) for b in a.time_batches.split(",") if b]
+    Path(a.out).write_text(json.dumps({"samples": results, "overall": summarise(results),
+                                       "draft_step_s": draft_step_times(head, batches)}, indent=1))
     print(json.dumps(summarise(results)))
 
 
@@ -291,6 +293,32 @@ def chained_acceptance_all_rows(head, samples, embed, t2d_index, draft_ids, step
     return results
 
 
+@torch.no_grad()
+def draft_step_times(head: Eagle3Head, batches: list[int], repeats: int = 20) -> dict[str, float]:
+    """Median seconds of one drafting step (one token per sequence) of the head's compute at
+    each batch size: the layer over a 256-token context, the final norm and the draft lm_head.
+    The serving engine's own per-step overhead is not in it."""
+    import statistics
+
+    s = head.shape
+    out = {}
+    for b in batches:
+        aux = torch.randn(b, 256, s.num_aux * s.target_hidden)
+        embeds = torch.randn(b, 256, s.hidden)
+        g = head.fc(aux)
+        positions = torch.arange(256)
+        _, k0, v0 = head._qkv(embeds, g, positions)  # the cached keys and values
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            q, _, _ = head._qkv(embeds[:, -1:], g[:, -1:], positions[-1:])
+            attn = F.scaled_dot_product_attention(q, k0, v0)
+            head.lm_head(head.norm(head._finish(attn, g[:, -1:])))
+            times.append(time.perf_counter() - start)
+        out[str(b)] = statistics.median(times)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -312,6 +340,7 @@ def main() -> None:
     e.add_argument("--steps", type=int, default=3)
     e.add_argument("--max-len", type=int, default=2048)
     e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--time-batches", default="1,2,4,8,16", help="batch sizes to time one drafting step at")
     a = p.parse_args()
     cmd_train(a) if a.cmd == "train" else cmd_evaluate(a)
 
