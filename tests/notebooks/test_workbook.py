@@ -67,7 +67,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
     assert {"ngram k=4 (2..4)", "suffix k=8"} <= set(predicted["option"])
     assert predicted["predicted_speedup"].between(0.2, 10).all()
     html = (report / "report.html").read_text()
-    assert 'id="decision-table"' in html and "Decision table" in html
+    assert 'id="T_decision-table"' in html and "Decision table" in html
     assert "ngram k=4" in html
     assert "data:image/png;base64" in html  # plots embedded: the report stands alone
     assert "import " not in html.split("<body", 1)[1]  # no code cells in the shared report
@@ -82,7 +82,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", (report / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)
-    assert 'id="decision-table"' in dom.stdout  # rendered by a real browser, not just present
+    assert 'id="T_decision-table"' in dom.stdout  # rendered by a real browser, not just present
     subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
