@@ -4,7 +4,7 @@
 # package when this is root on an apt system; otherwise says in one sentence how.
 # Never fails `make setup`: the workbook works without it, only slower.
 set -uo pipefail
-LIB=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+LIB=${SPECLAB_TCMALLOC_LIB:-/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4}  # the path speclab.embedded preloads
 PKG=libtcmalloc-minimal4
 
 if [ -e "$LIB" ]; then

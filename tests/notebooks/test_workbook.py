@@ -44,12 +44,12 @@ def test_a_bad_parameter_stops_at_validation_with_one_sentence(tmp_path: Path) -
 @pytest.mark.integration
 @pytest.mark.notebook
 @pytest.mark.usefixtures("vllm_lock")
-def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
+def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline: Path) -> None:
     outputs = str(tmp_path / "outputs")
     smoke = lambda name: [str(ROOT / "params" / name / "smoke.yaml")]
-    baseline = run_notebook("01-baseline", smoke("01-baseline"), [], outputs_root=outputs)
-    ngram = run_notebook("02-ngram", smoke("02-ngram"), [], outputs_root=outputs)
-    report = run_notebook("05-report", smoke("05-report"), [], outputs_root=outputs)
+    baseline = smoke_baseline
+    ngram = run_notebook("02-ngram", smoke("02-ngram"), [f"baseline_run={baseline}"], outputs_root=outputs)
+    report = run_notebook("05-report", smoke("05-report"), [f"baseline_run={baseline}"], outputs_root=outputs)
     for folder in (baseline, ngram, report):
         assert Run.open(folder).manifest["status"] == "ok"
         assert (folder / "report.html").stat().st_size > 10_000
