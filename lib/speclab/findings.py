@@ -109,15 +109,21 @@ def write_profile_section(run_dir: Any, report: Any, rank: int | None = None) ->
     from speclab.profiling import plot_bucket_scaling, plot_step_breakdown
     from speclab.sections import write_section
 
+    tables = profile_section_tables(report, rank)
+    plots = [("time_per_step_by_bucket", plot_step_breakdown)]
+    if tables["token_scaling"]["slope_us_per_token"].notna().any():
+        plots.append(("bucket_time_vs_tokens", plot_bucket_scaling))
+    else:  # one token count per step: nothing to fit, the sentences say so
+        tables.pop("token_scaling")
     figures = {}
-    for name, plot in (("time_per_step_by_bucket", plot_step_breakdown), ("bucket_time_vs_tokens", plot_bucket_scaling)):
+    for name, plot in plots:
         try:
             figures[name] = plot(report, rank)
         except SpeclabError:
             continue  # no engine steps: the sentences say so
     try:
         return write_section(run_dir, kind="profile", title="Where decode time goes (00-profile)",
-                             summary=profile_findings(report, rank), tables=profile_section_tables(report, rank),
+                             summary=profile_findings(report, rank), tables=tables,
                              figures=figures)
     finally:
         for figure in figures.values():

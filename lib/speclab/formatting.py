@@ -189,6 +189,9 @@ def styled(frame: pd.DataFrame, *, caption: str | None = None, table_id: str | N
     number_columns = [c for c in table.columns if c not in text_columns]
     if text_columns:
         styler = styler.set_properties(subset=text_columns, **{"text-align": "left"})
+    intervals = [c for c in table.columns if str(c).startswith("speedup (")]
+    if intervals:
+        styler = styler.set_properties(subset=intervals, **{"white-space": "nowrap"})
     if number_columns:
         styler = styler.set_properties(subset=number_columns, **{"text-align": "right"})
     styler = styler.set_table_styles(TABLE_STYLES, overwrite=False)

@@ -233,8 +233,8 @@ def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = N
                      "prediction_error_pct"]
             measured = measured[[c for c in order if c in measured]]
         payback = measured_payback(bundle, option)
-        applies = [c.message if c.subject == option.label else str(c) for c in found
-                   if c.subject in (option.label, bundle.baseline.label)]
+        applies = tables.group_caveats([c for c in found if c.subject in (option.label, bundle.baseline.label)],
+                                       with_runs=False)
         records.append(DecisionRecord(
             option=option.label, run=tables.run_id(option.path), baseline_run=tables.run_id(bundle.baseline.path),
             measured=measured.reset_index(drop=True), restart_s=option.server.get("load_time_s"),
@@ -271,6 +271,14 @@ def render_record(record: DecisionRecord, confidence: float = 0.95) -> str:
     )
 
 
+def opening(title: str, sentence: str) -> str:
+    """The report's head: its title and the recommendation, set apart from everything after."""
+    return (f"<h2>{html.escape(title)}</h2>"
+            '<div class="speclab-recommendation" style="border-left: 5px solid #2e7d32; background: #f1f8e9; '
+            'padding: 0.7em 1em; margin: 0.5em 0 1.2em 0; font-size: 1.12em; max-width: 60em;">'
+            f"<b>Recommendation.</b> {html.escape(sentence)}</div>")
+
+
 def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None) -> str:
     """The report's first sentence: what to do, and the measured evidence for it."""
     rows = decision_rows(bundle)
@@ -292,10 +300,10 @@ def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = 
                 f"the closest was {best['option']} at concurrency {int(best['concurrency'])} with "
                 f"{formatting.interval_text(best['speedup'], best['ci_low'], best['ci_high'])}.")
     top = faster.loc[faster["speedup"].idxmax()]
-    text = (f"Restart into {option}: it was faster at concurrency "
-            f"{_levels(faster['concurrency'].astype(int).tolist())} "
-            f"(up to {formatting.interval_text(top['speedup'], top['ci_low'], top['ci_high'])} at concurrency "
-            f"{int(top['concurrency'])})")
+    best = formatting.interval_text(top["speedup"], top["ci_low"], top["ci_high"])
+    where = faster["concurrency"].astype(int).tolist()
+    text = (f"Restart into {option}: it was faster at concurrency {_levels(where)} "
+            + (f"({best})" if len(where) == 1 else f"(up to {best} at concurrency {int(top['concurrency'])})"))
     payback = paybacks.get(option)
     if payback is not None and math.isfinite(payback):
         text += f" and pays its restart back in {_hours(payback)} of the expected traffic"
@@ -347,15 +355,23 @@ def collapsed(content: Any, summary: str) -> str:
 
 
 def identities(bundle: ReportBundle) -> pd.DataFrame:
-    """The servers side by side, one column per run, without local paths."""
+    """The servers side by side, one column per run, without local paths (launch commands
+    are in :func:`launch_commands`: too wide for this table)."""
     columns = {}
     for run in bundle.runs:
         table = tables.identity_table(run.server or None, shareable=True)
         values = table.set_index("field")["value"] if not table.empty else pd.Series(dtype=str)
-        columns[f"{run.label} ({run.path.name})"] = values
+        columns[f"{run.label} ({run.path.name})"] = values.drop("launch", errors="ignore")
     frame = pd.DataFrame(columns)
     frame.index.name = "field"
     return frame
+
+
+def launch_commands(bundle: ReportBundle) -> pd.DataFrame:
+    """Each server's launch command (local paths cut), one row per run."""
+    rows = [{"run": tables.run_id(run.path), "option": run.label,
+             "launch": tables.scrub_paths(run.server.get("launch_command") or "-")} for run in bundle.runs]
+    return pd.DataFrame(rows)
 
 
 def predictions(bundle: ReportBundle) -> pd.DataFrame:

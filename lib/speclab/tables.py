@@ -179,6 +179,19 @@ def caveats(runs: list[RunData], *, baseline: RunData | None = None,
     return found
 
 
+def group_caveats(found: list[Caveat], *, with_runs: bool = True) -> list[str]:
+    """One line per distinct message, naming every run it applies to (first-seen order);
+    ``with_runs=False`` names them by label only (where the run ids are shown nearby)."""
+    grouped: dict[str, list[Caveat]] = {}
+    for caveat in found:
+        grouped.setdefault(caveat.message, []).append(caveat)
+    lines = []
+    for message, caveats_ in grouped.items():
+        runs = ", ".join(f"{c.subject} ({c.run})" if with_runs else c.subject for c in caveats_)
+        lines.append(f"{runs}: {message}")
+    return lines
+
+
 # --------------------------------------------------------------------------- predictions
 
 

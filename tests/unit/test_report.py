@@ -71,7 +71,8 @@ def test_a_decision_record_holds_prediction_measurement_payback_and_caveats(bund
     assert measured["predicted_speedup"].between(0.5, 3).all()
     assert measured["measured_acceptance_rate"].between(0.3, 0.6).all()  # n-gram on these prompts: ~45 %
     assert "not measurably different" in record.verdict and "pays back" in record.verdict
-    assert any("fewer than 3 prompt pairs" in c for c in record.caveats)
+    assert any(c.startswith(f"{record.option}: 8 category cells rest on fewer than 3 prompt pairs")
+               for c in record.caveats)
     html = report.render_record(record)
     assert "Restart cost:" in html and "27 s of downtime" in html and "Payback:" in html
     assert str(DATA) not in html and "/root/" not in html
@@ -119,11 +120,16 @@ def test_caveats_name_runs_by_id_never_by_path(bundle: report.ReportBundle) -> N
     assert all(str(DATA) not in str(c) for c in found)
 
 
-def test_identities_cut_local_paths(bundle: report.ReportBundle) -> None:
+def test_identities_and_launch_commands_cut_local_paths(bundle: report.ReportBundle) -> None:
     frame = report.identities(bundle)
     text = frame.to_string()
-    assert "libtcmalloc_minimal.so.4" in text and "/usr/lib" not in text and "/root/" not in text
-    assert "/work/" not in text and "http://127.0.0.1:0" in text
+    assert "http://127.0.0.1:0" in text and "smollm2-135m" in text and "launch" not in frame.index
+    launch = report.launch_commands(bundle)
+    assert list(launch["run"]) == ["predict/f32-baseline", "predict/f32-ngram"]
+    commands = " ".join(launch["launch"])
+    assert "libtcmalloc_minimal.so.4" in commands and "--enforce-eager" in commands
+    for local in ("/usr/lib", "/root/", "/work/"):
+        assert local not in text and local not in commands
 
 
 def test_scrub_paths_keeps_urls() -> None:
