@@ -43,11 +43,12 @@ _ABBREVIATIONS = {"tpot": "TPOT", "ttft": "TTFT", "ttfa": "TTFA", "e2e": "E2E", 
                   "k": "k", "id": "id", "gib": "GiB"}
 _UNIT_SUFFIXES = (("_tok_s", "tok/s"), ("_ms", "ms"), ("_us", "µs"), ("_s", "s"), ("_pct", "%"),
                   ("_h", "h"), ("_gib", "GiB"), ("_bytes", "bytes"))
-_TIME_S = re.compile(r"(^|_)(tpot|ttft|ttfa|e2e|duration|step|load_time|queue|lag|time)(_[a-z0-9]+)*_s(_[a-z0-9]+)*$")
+# Latencies read best in ms; durations and load times stay in seconds.
+_TIME_S = re.compile(r"(^|_)(tpot|ttft|ttfa|itl|e2e|step|queue|lag)(_[a-z0-9]+)*_s(_[a-z0-9]+)*$")
 
 
 def is_seconds(name: str) -> bool:
-    """Whether a column holds seconds (``tpot_s_median``, ``e2e_s``, ``load_time_s``)."""
+    """Whether a column holds a latency in seconds (``tpot_s_median``, ``e2e_s``), shown as ms."""
     return bool(_TIME_S.search(name)) and "tok_s" not in name
 
 
@@ -74,7 +75,7 @@ def to_display_units(frame: pd.DataFrame) -> pd.DataFrame:
     renames = {}
     for column in out.columns:
         name = str(column)
-        if is_seconds(name) and pd.api.types.is_numeric_dtype(out[column]) and name not in ("load_time_s",):
+        if is_seconds(name) and pd.api.types.is_numeric_dtype(out[column]):
             out[column] = out[column] * 1e3
             renames[column] = re.sub(r"_s(_|$)", r"_ms\1", name, count=1)
     return out.rename(columns=renames)
@@ -126,6 +127,28 @@ def _number(fmt: str) -> Callable[[Any], str]:
     return render
 
 
+def _hours(value: Any) -> str:
+    if _missing(value):
+        return MISSING
+    number = float(value)
+    if math.isinf(number):
+        return "never" if number > 0 else "-∞"
+    return f"{number:.2g} h" if abs(number) < 10 else f"{number:,.0f} h"
+
+
+def _numeric_objects(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns holding only numbers and missing values (None beside floats) become floats."""
+    out = frame
+    for column in frame.columns:
+        values = frame[column]
+        if values.dtype != object or values.isna().all():
+            continue
+        present = values.dropna()
+        if present.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+            out = out.assign(**{str(column): pd.to_numeric(values, errors="coerce")}) if isinstance(column, str) else out
+    return out
+
+
 def _boolean(value: Any) -> str:
     if _missing(value):
         return MISSING
@@ -153,7 +176,7 @@ def column_formatter(name: str, series: pd.Series) -> Callable[[Any], str] | Non
     if "tok_s" in n:
         return _number("{:,.1f}")
     if n.endswith(("_h", "_hours", "hours")):
-        return _number("{:,.1f} h")
+        return _hours
     if pd.api.types.is_integer_dtype(series):
         return _number("{:,.0f}")
     if n in ("concurrency", "requests", "pairs", "steps", "repeat", "rank") or n.endswith(("_tokens", "tokens")):
@@ -174,7 +197,7 @@ def styled(frame: pd.DataFrame, *, caption: str | None = None, table_id: str | N
     """
     # a default RangeIndex is noise; a named or meaningful index becomes ordinary columns
     table = frame.reset_index(drop=True) if isinstance(frame.index, pd.RangeIndex) else frame.reset_index()
-    table = with_intervals(table, confidence)
+    table = with_intervals(_numeric_objects(table), confidence)
     if convert_units:
         table = to_display_units(table)
     if max_rows is not None and len(table) > max_rows:

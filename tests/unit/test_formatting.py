@@ -68,3 +68,15 @@ def test_bullet_list_escapes_and_says_when_empty() -> None:
     html = formatting.bullet_list(["ngram k=<4> & co"])
     assert "&lt;4&gt; &amp; co" in html and html.count("<li>") == 1
     assert "None detected." in formatting.bullet_list([])
+
+
+def test_numbers_stored_beside_none_are_still_formatted() -> None:
+    # payback tables mix None (the total row) with floats: pandas keeps them as objects
+    frame = pd.DataFrame({"concurrency": pd.Series([1.0, 4.0, None], dtype=object),
+                          "speedup": pd.Series([0.892515, 0.678157, None], dtype=object),
+                          "restart_downtime_h": [0.0181, 0.0181, 0.0181], "payback_hours": [None, None, math.inf]})
+    assert frame["speedup"].dtype == object
+    html = formatting.styled(frame).to_html()
+    for text in (">1<", ">4<", "0.89x", "0.68x", "0.018 h", "never"):
+        assert text in html, text
+    assert "0.892515" not in html and "1.000000" not in html
