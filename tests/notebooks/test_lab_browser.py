@@ -138,6 +138,11 @@ def test_02_ngram_runs_in_jupyterlab_in_a_real_browser(tmp_path: Path, smoke_bas
                     " || document.querySelector('.jp-OutputArea-output[data-mime-type="
                     "\"application/vnd.jupyter.stderr\"] .ansi-red-fg') !== null",
                     timeout=RUN_ALL_TIMEOUT_S * 1000)
+                failed = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                                      ":has(.ansi-red-fg)")
+                if failed.count():
+                    page.screenshot(path=str(shot), full_page=True)
+                    pytest.fail(f"a cell failed in JupyterLab:\n{failed.first.inner_text()[-3000:]}")
 
                 bars = page.locator(".widget-hprogress .progress-bar")
                 assert bars.count() >= 2, "one tqdm progress bar per measured level"
