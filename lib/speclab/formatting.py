@@ -92,15 +92,24 @@ def interval_text(point: Any, low: Any, high: Any, suffix: str = "x") -> str:
 
 
 def with_intervals(frame: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
-    """Speedup + ci_low + ci_high become one text column ``speedup (95 % CI)``."""
-    if not {"speedup", "ci_low", "ci_high"} <= set(frame.columns):
-        return frame
+    """Each point with its interval becomes one text column ``1.36x [1.21, 1.53]``.
+
+    ``speedup`` + ``ci_low`` + ``ci_high`` (a measured, paired speedup) becomes
+    ``speedup (95 % CI)``; any ``X`` + ``X_low`` + ``X_high`` (e.g. a predicted speedup's
+    interval) becomes ``X (interval)``.
+    """
     level = int(round(confidence * 100))
-    out = frame.copy()
-    position = list(out.columns).index("speedup")
-    text = [interval_text(p, lo, hi) for p, lo, hi in zip(out["speedup"], out["ci_low"], out["ci_high"], strict=True)]
-    out = out.drop(columns=["speedup", "ci_low", "ci_high"])
-    out.insert(min(position, len(out.columns)), f"speedup ({level} % CI)", text)
+    pairs = [("speedup", "ci_low", "ci_high", f"speedup ({level} % CI)")] if {
+        "speedup", "ci_low", "ci_high"} <= set(frame.columns) else []
+    pairs += [(str(c), f"{c}_low", f"{c}_high", f"{c} (interval)") for c in frame.columns
+              if f"{c}_low" in frame.columns and f"{c}_high" in frame.columns]
+    out = frame
+    for point, low, high, name in pairs:
+        suffix = "x" if "speedup" in point else ""
+        position = list(out.columns).index(point)
+        text = [interval_text(p, lo, hi, suffix) for p, lo, hi in zip(out[point], out[low], out[high], strict=True)]
+        out = out.drop(columns=[point, low, high])
+        out.insert(min(position, len(out.columns)), name, text)
     return out
 
 
@@ -208,11 +217,12 @@ def styled(frame: pd.DataFrame, *, caption: str | None = None, table_id: str | N
     if "verdict" in table.columns:
         styler = styler.map(_verdict_css, subset=["verdict"])
     # numbers right (digits line up), words left; per cell, since cell styles outrank table ones
-    text_columns = [c for c in table.columns if c not in formatters or c == "verdict" or str(c).startswith("speedup (")]
+    text_columns = [c for c in table.columns if c not in formatters or c == "verdict"
+                    or str(c).endswith((" CI)", " (interval)"))]
     number_columns = [c for c in table.columns if c not in text_columns]
     if text_columns:
         styler = styler.set_properties(subset=text_columns, **{"text-align": "left"})
-    intervals = [c for c in table.columns if str(c).startswith("speedup (")]
+    intervals = [c for c in table.columns if str(c).endswith((" CI)", " (interval)"))]
     if intervals:
         styler = styler.set_properties(subset=intervals, **{"white-space": "nowrap"})
     if number_columns:

@@ -173,7 +173,9 @@ def _predicted_before(bundle: ReportBundle, option: RunData) -> tuple[pd.DataFra
     before = saved[(saved["option"] == label) & (saved["category"] == "all")] if saved is not None else None
     error = pvm[["concurrency", "error_pct"]].rename(columns={"error_pct": "prediction_error_pct"})
     if before is not None and not before.empty:
-        frame = before[["concurrency", "predicted_speedup", "acceptance_rate"]].rename(
+        keep = [c for c in ("concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+                            "acceptance_rate") if c in before]  # the interval where the predictor gives one
+        frame = before[keep].rename(
             columns={"acceptance_rate": "predicted_acceptance_rate"}).merge(error, on="concurrency", how="left")
         note = (f"Predicted by the baseline run before any restart ({label}); the error compares the decode "
                 "speedup (TPOT) predicted at the option's measured batch mix with the measured one.")
@@ -228,7 +230,8 @@ def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = N
         predicted, note = _predicted_before(bundle, option)
         if not predicted.empty:
             measured = predicted.merge(measured, on="concurrency", how="right")
-            order = ["concurrency", "predicted_speedup", "speedup", "ci_low", "ci_high", "verdict",
+            order = ["concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+                     "speedup", "ci_low", "ci_high", "verdict",
                      "predicted_acceptance_rate", "measured_acceptance_rate", "mean_acceptance_length",
                      "prediction_error_pct"]
             measured = measured[[c for c in order if c in measured]]

@@ -99,7 +99,7 @@ def _stop(lab: subprocess.Popen) -> None:
 
 @pytest.mark.integration
 @pytest.mark.notebook
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600, func_only=True)  # waiting for the shared vLLM lock is not the test
 def test_02_ngram_runs_in_jupyterlab_in_a_real_browser(tmp_path: Path, smoke_baseline: Path,
                                                         vllm_lock: None) -> None:
     chromium = _chromium()

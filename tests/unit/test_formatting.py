@@ -80,3 +80,12 @@ def test_numbers_stored_beside_none_are_still_formatted() -> None:
     for text in (">1<", ">4<", "0.89x", "0.68x", "0.018 h", "never"):
         assert text in html, text
     assert "0.892515" not in html and "1.000000" not in html
+
+
+def test_any_point_with_low_and_high_reads_as_one_interval() -> None:
+    frame = pd.DataFrame({"concurrency": [1], "predicted_speedup": [0.89], "predicted_speedup_low": [0.8],
+                          "predicted_speedup_high": [0.97], "speedup": [1.41], "ci_low": [1.16], "ci_high": [1.73]})
+    shown = formatting.with_intervals(frame)
+    assert list(shown.columns) == ["concurrency", "predicted_speedup (interval)", "speedup (95 % CI)"]
+    assert shown.iloc[0].tolist()[1:] == ["0.89x [0.80, 0.97]", "1.41x [1.16, 1.73]"]
+    assert formatting.header("predicted_speedup (interval)") == "predicted speedup (interval)"
