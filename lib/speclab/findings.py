@@ -6,6 +6,7 @@ tidy tables that notebook writes into its report section (:mod:`speclab.sections
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -110,7 +111,7 @@ def write_profile_section(run_dir: Any, report: Any, rank: int | None = None) ->
     from speclab.sections import write_section
 
     tables = profile_section_tables(report, rank)
-    plots = [("time_per_step_by_bucket", plot_step_breakdown)]
+    plots: list[tuple[str, Callable[..., Any]]] = [("time_per_step_by_bucket", plot_step_breakdown)]
     if tables["token_scaling"]["slope_us_per_token"].notna().any():
         plots.append(("bucket_time_vs_tokens", plot_bucket_scaling))
     else:  # one token count per step: nothing to fit, the sentences say so
