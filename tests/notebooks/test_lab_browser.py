@@ -121,7 +121,7 @@ def test_02_ngram_runs_in_jupyterlab_in_a_real_browser(tmp_path: Path, smoke_bas
         _wait_for_lab(lab, port, token, log)
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS[1:])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": 1400, "height": 1500})
             try:
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/{notebook.name}?token={token}")
                 page.wait_for_function("window.jupyterapp !== undefined", timeout=90_000)
