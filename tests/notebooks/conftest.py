@@ -16,7 +16,7 @@ def smoke_baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Made once per session under the vLLM lock; tests that repeat it pass ``baseline_run``.
     """
-    from speclab.cli_workbook import run_notebook
+    from speclab.cli.workbook import run_notebook
 
     outputs = tmp_path_factory.mktemp("baseline-outputs")
     with open("/tmp/speclab-vllm.lock", "w") as handle:  # the vllm_lock fixture's lock, session-wide

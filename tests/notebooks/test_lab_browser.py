@@ -41,7 +41,7 @@ def _prepare_notebook(folder: Path, baseline: Path, outputs: Path) -> Path:
     """02-ngram with its smoke params injected the way papermill does, not executed."""
     import papermill
 
-    from speclab.cli_workbook import merge_params
+    from speclab.cli.workbook import merge_params
 
     params, _ = merge_params("02-ngram", [str(ROOT / "params/02-ngram/smoke.yaml")],
                              [f"baseline_run={baseline}", f"outputs_root={outputs}"])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from speclab import findings
-from speclab.cli_workbook import run_notebook
-from speclab.profile import analyse_profile
+from speclab.cli.workbook import run_notebook
+from speclab.profiling import analyse_profile
 from speclab.runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]

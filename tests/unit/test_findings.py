@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from speclab import findings
-from speclab.profile import analyse_profile
+from speclab.profiling import analyse_profile
 from speclab.sections import read_section
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"

@@ -16,13 +16,14 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 LAYERS: dict[str, set[str]] = {
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
                    "runfolder", "sections", "sweep", "auth", "outcome"},
-    "analysis": {"replay", "costmodel", "predict", "compare", "profiling", "profiling.trace",
+    "analysis": {"replay", "costmodel", "predict", "compare", "findings", "profiling", "profiling.trace",
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
                     "loadgen", "identity", "profiling.capture", "hostload"},
     "server": {"server", "embedded", "target"},
-    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
+    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "tables", "formatting",
+                 "kernels", "cli",
                  "cli.server", "cli.bench", "cli.workbook", "cli.__main__"},
 }
 ALLOWED = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 
 from speclab import kernels
-from speclab.cli_workbook import phase_table
+from speclab.cli.workbook import phase_table
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -34,7 +34,7 @@ def bundle() -> report.ReportBundle:
 def test_the_report_module_never_imports_the_workbook_layer() -> None:
     code = ("import sys, speclab.report, speclab.tables, speclab.formatting, speclab.findings; "
             "print(sorted(m for m in sys.modules if m in ('speclab.workbook', 'speclab.embedded', "
-            "'speclab.cli_workbook', 'speclab.explore')))")
+            "'speclab.cli.workbook', 'speclab.explore')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
