@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,13 +24,16 @@ venv: $(BIN)/.installed ## create the workbook venv (.venv)
 server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 GB)
 	@bash scripts/install-server.sh 2>&1 | grep -v "^WARNING: Location"
 
-setup: venv server-venv ## venvs + the embedded model converted once (cached in ~/.cache/speclab)
+tcmalloc: ## tcmalloc for the embedded server (apt-get when root; otherwise says how)
+	@bash scripts/install-tcmalloc.sh
+
+setup: venv server-venv tcmalloc ## venvs + tcmalloc + the embedded model converted once (cached in ~/.cache/speclab)
 	@$(BIN)/speclab setup --eagle3
 
 train-drafter: setup ## train the embedded model's EAGLE-3 head once (~18 min on 2 cores: answers, features, 8 min of training; cached)
 	@$(BIN)/python -m speclab.drafter_train
 
-demo: setup ## run the whole workbook on the embedded server; prints the HTML report's path
+demo: setup ## run the whole workbook on the embedded server; prints wall time by phase and the report's path
 	@$(BIN)/speclab demo
 
 test: setup ## the full suite: unit, integration (real embedded vLLM) and notebook tests
@@ -52,8 +55,8 @@ lint: venv ## ruff on everything, mypy (the type checker) on lib/
 	@$(BIN)/ruff check lib tests benchmarks
 	@$(BIN)/mypy
 
-lab: setup ## open JupyterLab on the notebooks
-	@$(BIN)/jupyter lab notebooks/
+lab: setup ## open JupyterLab on the notebooks (kernels on encrypted transport)
+	@$(BIN)/jupyter lab $$($(BIN)/python -c "from speclab.kernels import server_arguments as a; print(*a())") notebooks/
 
 bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench serve) and ingest ceiling
 	@$(BIN)/python benchmarks/ingest_ceiling.py

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speclab import compare, plots
+from speclab import compare, formatting, plots
 from speclab.runfolder import RunData
 
 
@@ -24,7 +24,7 @@ def comparison_explorer(runs: list[RunData]) -> Any:
     category_pick = widgets.Dropdown(options=["all", *categories], value="all", description="category")
     levels = sorted({int(c) for r in runs for c in r.requests.get("concurrency", [])})
     level_pick = widgets.Dropdown(options=["all", *levels], value="all", description="concurrency")
-    out = widgets.Output()
+    out = widgets.Output(layout={"border": "1px solid #e5e7eb"})
 
     def refresh(*_: Any) -> None:
         base, treat = names[base_pick.value], names[treat_pick.value]
@@ -40,14 +40,16 @@ def comparison_explorer(runs: list[RunData]) -> Any:
             table = table[table["concurrency"] == level_pick.value]
         with out:
             out.clear_output(wait=True)
-            display(table)
+            display(formatting.styled(table))
             fig = plots.speedup_forest(table)
             display(fig)
             plt.close(fig)
-            display(pairs[["concurrency", "category", "prompt_id", "speed_base_tok_s", "speed_treat_tok_s",
-                           "tpot_s_base", "tpot_s_treat"]])
+            display(formatting.styled(pairs[["concurrency", "category", "prompt_id", "speed_base_tok_s",
+                                              "speed_treat_tok_s", "tpot_s_base", "tpot_s_treat"]]))
 
     for pick in (base_pick, treat_pick, category_pick, level_pick):
         pick.observe(refresh, names="value")
     refresh()
-    return widgets.VBox([widgets.HBox([base_pick, treat_pick]), widgets.HBox([category_pick, level_pick]), out])
+    box = widgets.VBox([widgets.HBox([base_pick, treat_pick]), widgets.HBox([category_pick, level_pick]), out])
+    box.add_class("speclab-explorer")  # a stable hook for the browser test
+    return box

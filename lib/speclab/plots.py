@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
@@ -98,4 +99,66 @@ def speedup_forest(comparison: pd.DataFrame, title: str = "Speedup over baseline
         ax.set(title=f"concurrency {level}", xlabel="speedup (x)")
     fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+_VERDICT_SHORT = {"faster": "faster", "slower": "slower", "no clear difference": "unclear",
+                  "too few prompts": "too few"}
+
+
+def speedup_heatmap(comparison: pd.DataFrame, title: str = "Speedup by category and concurrency") -> Figure:
+    """Category x concurrency grid of paired speedups for one option.
+
+    Colour is the speedup on a log scale centred on 1 (green faster, red slower); each cell
+    says the speedup and the verdict; a hatched cell is one whose interval includes 1 (or
+    that has too few prompts for one), so its colour is not a finding. The ``all`` row sits
+    on top.
+    """
+    if comparison.empty or "speedup" not in comparison:
+        return _empty("no paired requests")
+    from matplotlib.colors import LogNorm
+    from matplotlib.patches import Rectangle
+
+    frame = comparison.copy()
+    categories = sorted(c for c in frame["category"].unique() if c != "all")
+    rows = (["all"] if (frame["category"] == "all").any() else []) + categories
+    levels = sorted(int(c) for c in frame["concurrency"].unique())
+    grid = frame.pivot_table(index="category", columns="concurrency", values="speedup", aggfunc="first")
+    grid = grid.reindex(index=rows, columns=levels)
+    cells = frame.set_index(["category", "concurrency"])
+    finite = grid.to_numpy(dtype=float)
+    finite = finite[np.isfinite(finite) & (finite > 0)]
+    # symmetric on a log scale, at least 0.8x..1.25x so small effects are not painted loud
+    spread = max(1.25, float(np.exp(np.abs(np.log(finite)).max())) if finite.size else 1.25)
+    norm = LogNorm(vmin=1 / spread, vmax=spread)
+    fig, ax = plt.subplots(figsize=(1.5 * len(levels) + 3.6, 0.5 * len(rows) + 1.6))
+    image = ax.imshow(np.ma.masked_invalid(grid.to_numpy(dtype=float)), cmap="RdYlGn", norm=norm, aspect="auto")
+    for y, category in enumerate(rows):
+        for x, level in enumerate(levels):
+            if (category, level) not in cells.index:
+                continue
+            cell = cells.loc[(category, level)]
+            speedup, verdict = cell["speedup"], str(cell["verdict"])
+            text = f"{speedup:.2f}x\n{_VERDICT_SHORT.get(verdict, verdict)}" if pd.notna(speedup) else "–"
+            weight = "bold" if verdict in ("faster", "slower") else "normal"
+            ax.text(x, y, text, ha="center", va="center", fontsize=8.5, fontweight=weight, color="black")
+            if verdict not in ("faster", "slower"):
+                ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///",
+                                       edgecolor="#777777", linewidth=0))
+    if rows and rows[0] == "all" and len(rows) > 1:
+        ax.axhline(0.5, color="black", linewidth=1.5)
+    ax.set_xticks(range(len(levels)), [str(c) for c in levels])
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel("")
+    ax.grid(False)
+    ax.set_title(title)
+    bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)
+    bar.set_label("speedup (x), log scale")
+    ticks = [t for t in (0.25, 0.33, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0) if 1 / spread <= t <= spread]
+    bar.set_ticks(ticks, labels=[f"{t:g}x" for t in ticks])
+    bar.ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    fig.text(0.01, 0.01, "hatched: the interval includes 1, or too few prompts for one (no finding)",
+             fontsize=8, color="#555555")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

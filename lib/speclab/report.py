@@ -1,21 +1,34 @@
-"""05-report: the decision, assembled from run folders only (never another notebook's state)."""
+"""05-report: the decision, assembled from run folders only (never another notebook's state).
+
+The report opens with one recommended action, then one decision record per option (what
+was predicted before the restart, what was measured with its interval, acceptance, the
+restart's cost and payback, the verdict and the caveats that apply), the decision table,
+a speedup heatmap per option and the sections other notebooks left in their run folders
+(profile, drafter, MoE, traffic replay). Nothing here imports the workbook layer: every
+input is a file under ``outputs/``.
+"""
 
 from __future__ import annotations
 
+import html
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from matplotlib.figure import Figure
 
-from speclab import compare
-from speclab import workbook as wb
+from speclab import compare, formatting, plots, tables
 from speclab.errors import SpeclabError
-from speclab.params import ReportParams
+from speclab.params import BaselineParams, ReportParams
 from speclab.runfolder import RunData, latest_run, load_run
 from speclab.runs import list_runs, read_json
+from speclab.sections import Section, read_section
 
-VERDICT_COLOURS = {compare.FASTER: "#c8e6c9", compare.SLOWER: "#ffcdd2", compare.UNCLEAR: "#eeeeee"}
+VERDICT_COLOURS = formatting.VERDICT_COLOURS
+# Sections of other notebooks, in reading order; kinds not listed follow alphabetically.
+SECTION_ORDER = ("profile", "eagle3", "drafter", "moe", "traffic")
 
 
 @dataclass
@@ -24,6 +37,7 @@ class ReportBundle:
     options: list[RunData]
     comparisons: dict[str, pd.DataFrame] = field(default_factory=dict)
     confidence: float = 0.95
+    outputs_root: str | None = None
 
     @property
     def runs(self) -> list[RunData]:
@@ -31,9 +45,10 @@ class ReportBundle:
 
 
 def _option_runs_for(baseline: Path, outputs_root: str | None) -> list[Path]:
-    """The latest finished 02 run per method that repeated this baseline."""
+    """The latest finished option run (02-ngram, 03-eagle3-drafter) per method that repeated this baseline."""
     latest: dict[str, Path] = {}
-    for path in list_runs(outputs_root, kind="02-ngram"):
+    paths = list_runs(outputs_root, kind="02-ngram") + list_runs(outputs_root, kind="03-eagle3-drafter")
+    for path in sorted(paths, key=lambda p: (p.parent.name, p.name)):
         manifest = read_json(path / "manifest.json")
         if manifest.get("status") != "ok":
             continue
@@ -51,10 +66,10 @@ def collect(params: ReportParams) -> ReportBundle:
         baseline_dir, params.outputs_root)
     if not option_dirs:
         raise SpeclabError(
-            f"No finished 02-ngram run repeats the baseline {baseline_dir}; run 02-ngram first "
+            f"No finished 02-ngram or 03-eagle3-drafter run repeats the baseline {tables.run_id(baseline_dir)}; run 02-ngram first "
             "or list option_runs.")
     options = [load_run(p) for p in option_dirs]
-    bundle = ReportBundle(baseline, options, confidence=params.confidence)
+    bundle = ReportBundle(baseline, options, confidence=params.confidence, outputs_root=params.outputs_root)
     for option in options:
         bundle.comparisons[option.label] = compare.paired_speedups(
             baseline.requests, option.requests, confidence=params.confidence,
@@ -93,46 +108,225 @@ def decision_rows(bundle: ReportBundle) -> pd.DataFrame:
 
 
 def decision_table(bundle: ReportBundle) -> Any:
-    """The decision table, styled for the HTML report (verdict cells coloured)."""
+    """The decision table, styled: speedup with its interval, verdict cells coloured."""
     frame = decision_rows(bundle)
     if frame.empty:
         return frame
-    level = int(round(bundle.confidence * 100))
-    frame = frame.rename(columns={"ci_low": f"ci{level}_low", "ci_high": f"ci{level}_high"})
-    styled = frame.style.set_caption("Decision table: option × concurrency").format(
-        {"baseline_tok_s": "{:.1f}", "option_tok_s": "{:.1f}", "speedup": "{:.2f}x",
-         f"ci{level}_low": "{:.2f}", f"ci{level}_high": "{:.2f}", "acceptance_rate": "{:.1%}",
-         "mean_acceptance_length": "{:.2f}", "server_load_s": "{:.0f} s"}, na_rep="-")
-    styled = styled.map(lambda v: f"background-color: {VERDICT_COLOURS.get(v, 'white')}", subset=["verdict"])
-    styled = styled.set_table_attributes('id="decision-table" class="speclab-decision"').hide(axis="index")
-    return styled
+    return formatting.styled(frame, caption="Decision table: option × concurrency", table_id="decision-table",
+                             confidence=bundle.confidence)
 
 
-def headline(bundle: ReportBundle) -> str:
-    """Two or three sentences a busy reader can act on."""
+# --------------------------------------------------------------------------- decision records
+
+
+@dataclass
+class DecisionRecord:
+    """Everything a reader needs to decide on one option, on one screen."""
+
+    option: str
+    run: str  # run id of the option's measurement
+    baseline_run: str
+    measured: pd.DataFrame  # per concurrency: predicted and measured speedup, acceptance, verdict
+    restart_s: float | None
+    payback_h: float | None  # of the baseline's expected traffic; inf = never
+    traffic: list[dict[str, float]]
+    verdict: str  # one sentence
+    caveats: list[str]
+    prediction_note: str = ""
+
+
+def _traffic(baseline: RunData) -> list[dict[str, float]]:
+    """The expected day the baseline run was given (01-baseline's ``traffic`` param)."""
+    traffic = (baseline.manifest.get("params") or {}).get("traffic")
+    if not traffic:
+        traffic = BaselineParams.model_fields["traffic"].default
+    return [dict(t) for t in traffic]
+
+
+def measured_payback(bundle: ReportBundle, option: RunData) -> float | None:
+    """Hours of the baseline's expected traffic until restarting into ``option`` pays back,
+    at the measured speedups (None when the restart time was not measured)."""
+    from speclab.costmodel import payback_hours
+
+    load_s = option.server.get("load_time_s")
+    rows = decision_rows(bundle)
+    rows = rows[(rows["option"] == option.label) & rows["speedup"].notna()]
+    if not load_s or rows.empty:
+        return None
+    speedups = dict(zip(rows["concurrency"].astype(float), rows["speedup"].astype(float), strict=True))
+    table = payback_hours(float(load_s), speedups, _traffic(bundle.baseline))
+    return float(table["payback_hours"].iloc[-1])
+
+
+def _predicted_before(bundle: ReportBundle, option: RunData) -> tuple[pd.DataFrame, str]:
+    """Per concurrency: what the baseline predicted for this option (before any restart),
+    and the predicted-vs-measured decode error; with a note on where the numbers come from."""
+    empty = pd.DataFrame(columns=["concurrency"])
+    try:
+        pvm = tables.predicted_vs_measured(bundle.baseline, option)
+    except (SpeclabError, KeyError, ValueError) as exc:
+        return empty, f"no prediction: {exc}"
+    pvm = pvm[pvm["category"] == "all"]
+    if pvm.empty:
+        return empty, "no prediction for this option"
+    label = str(pvm["option"].iloc[0])
+    saved = tables.read_predictions(bundle.baseline)
+    before = saved[(saved["option"] == label) & (saved["category"] == "all")] if saved is not None else None
+    error = pvm[["concurrency", "error_pct"]].rename(columns={"error_pct": "prediction_error_pct"})
+    if before is not None and not before.empty:
+        keep = [c for c in ("concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+                            "acceptance_rate") if c in before]  # the interval where the predictor gives one
+        frame = before[keep].rename(
+            columns={"acceptance_rate": "predicted_acceptance_rate"}).merge(error, on="concurrency", how="left")
+        note = (f"Predicted by the baseline run before any restart ({label}); the error compares the decode "
+                "speedup (TPOT) predicted at the option's measured batch mix with the measured one.")
+    else:
+        frame = pvm[["concurrency", "predicted_speedup", "predicted_acceptance_rate"]].merge(
+            error, on="concurrency", how="left")
+        note = (f"The baseline saved no prediction for {label}; shown: the baseline's replay + cost model "
+                f"at the option's measured batch mix ({pvm['cost_model_fit'].iloc[0]}).")
+    return frame, note
+
+
+def _verdict_sentence(option: str, rows: pd.DataFrame, payback_h: float | None) -> str:
+    """One sentence: where the option was faster or slower, and whether its restart pays back."""
+    faster = rows[rows["verdict"] == compare.FASTER]["concurrency"].astype(int).tolist()
+    slower = rows[rows["verdict"] == compare.SLOWER]["concurrency"].astype(int).tolist()
+    parts = []
+    if faster:
+        parts.append(f"faster at concurrency {_levels(faster)}")
+    if slower:
+        parts.append(f"slower at concurrency {_levels(slower)}")
+    if not parts:
+        parts.append("not measurably different from the baseline at any concurrency tested")
+    text = f"{option} was " + " and ".join(parts)
+    if payback_h is not None:
+        text += ("; at the measured speedups its restart pays back after "
+                 f"{_hours(payback_h)} of the expected traffic" if math.isfinite(payback_h)
+                 else "; at the measured speedups its restart never pays back for the expected traffic")
+    return text + "."
+
+
+def _levels(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:-1]) + (" and " if len(values) > 1 else "") + str(values[-1])
+
+
+def _hours(hours: float) -> str:
+    if hours < 1:
+        return f"{hours * 60:.0f} minutes"
+    if hours < 48:
+        return f"{hours:.1f} hours"
+    return f"{hours / 24:.0f} days"
+
+
+def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = None) -> list[DecisionRecord]:
+    """One record per option run, in the bundle's order."""
+    found = found if found is not None else report_caveats(bundle)
+    rows = decision_rows(bundle)
+    records = []
+    for option in bundle.options:
+        mine = rows[rows["option"] == option.label]
+        measured = mine[["concurrency", "speedup", "ci_low", "ci_high", "verdict", "acceptance_rate",
+                         "mean_acceptance_length"]].rename(columns={"acceptance_rate": "measured_acceptance_rate"})
+        predicted, note = _predicted_before(bundle, option)
+        if not predicted.empty:
+            measured = predicted.merge(measured, on="concurrency", how="right")
+            order = ["concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+                     "speedup", "ci_low", "ci_high", "verdict",
+                     "predicted_acceptance_rate", "measured_acceptance_rate", "mean_acceptance_length",
+                     "prediction_error_pct"]
+            measured = measured[[c for c in order if c in measured]]
+        payback = measured_payback(bundle, option)
+        applies = tables.group_caveats([c for c in found if c.subject in (option.label, bundle.baseline.label)],
+                                       with_runs=False)
+        records.append(DecisionRecord(
+            option=option.label, run=tables.run_id(option.path), baseline_run=tables.run_id(bundle.baseline.path),
+            measured=measured.reset_index(drop=True), restart_s=option.server.get("load_time_s"),
+            payback_h=payback, traffic=_traffic(bundle.baseline),
+            verdict=_verdict_sentence(option.label, mine, payback), caveats=applies, prediction_note=note))
+    return records
+
+
+def render_record(record: DecisionRecord, confidence: float = 0.95) -> str:
+    """A decision record as one self-contained HTML block (same in JupyterLab and the HTML)."""
+    table = formatting.styled(record.measured, confidence=confidence).to_html()
+    day = ", ".join(f"{t['hours_per_day']:g} h at concurrency {t['concurrency']:g}" for t in record.traffic)
+    restart = (f"{record.restart_s:.0f} s of downtime per restart (measured when this run started its server)"
+               if record.restart_s else "not measured (external server: speclab did not restart it)")
+    if record.payback_h is None:
+        payback = "not computed (no restart time measured)"
+    elif math.isfinite(record.payback_h):
+        payback = f"after {_hours(record.payback_h)} of the expected day ({day})"
+    else:
+        payback = f"never: the measured speedups save no server time over the expected day ({day})"
+    esc = html.escape
+    return (
+        '<div class="speclab-record" style="border: 1px solid #d0d4da; border-radius: 6px; padding: 0.6em 1em; '
+        'margin: 0.8em 0 1.4em 0; max-width: 64em;">'
+        f'<h3 style="margin-top: 0.2em;">{esc(record.option)}</h3>'
+        f'<p style="font-size: 1.05em;"><b>Verdict.</b> {esc(record.verdict)}</p>'
+        f'{table}'
+        f'<p style="font-size: 0.9em; color: #444;">{esc(record.prediction_note)}</p>'
+        f'<p><b>Restart cost:</b> {esc(restart)}.<br><b>Payback:</b> {esc(payback)}.</p>'
+        f'<p style="margin-bottom: 0.2em;"><b>Caveats that apply</b></p>'
+        f'{formatting.bullet_list(record.caveats)}'
+        f'<p style="font-size: 0.85em; color: #666;">Measured in run {esc(record.run)} '
+        f'against baseline {esc(record.baseline_run)}.</p></div>'
+    )
+
+
+def opening(title: str, sentence: str) -> str:
+    """The report's head: its title and the recommendation, set apart from everything after."""
+    return (f"<h2>{html.escape(title)}</h2>"
+            '<div class="speclab-recommendation" style="border-left: 5px solid #2e7d32; background: #f1f8e9; '
+            'padding: 0.7em 1em; margin: 0.5em 0 1.2em 0; font-size: 1.12em; max-width: 60em;">'
+            f"<b>Recommendation.</b> {html.escape(sentence)}</div>")
+
+
+def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None) -> str:
+    """The report's first sentence: what to do, and the measured evidence for it."""
     rows = decision_rows(bundle)
     if rows.empty:
-        return "No paired measurements."
-    sentences = []
+        return "No paired measurements: run 01-baseline and an option (02-ngram) on the same plan first."
+    records = records if records is not None else decision_records(bundle, [])
+    paybacks = {r.option: r.payback_h for r in records}
+    levels = _levels(sorted(int(c) for c in rows["concurrency"].unique()))
+    scored = []
     for option, cells in rows.groupby("option", sort=False):
-        faster = cells[cells["verdict"] == compare.FASTER]["concurrency"].tolist()
-        slower = cells[cells["verdict"] == compare.SLOWER]["concurrency"].tolist()
-        best = cells.loc[cells["speedup"].idxmax()]
-        parts = [f"**{option}**: best {best['speedup']:.2f}x at concurrency {int(best['concurrency'])}"]
-        if faster:
-            parts.append(f"faster at concurrency {', '.join(map(str, faster))}")
-        if slower:
-            parts.append(f"**slower** at concurrency {', '.join(map(str, slower))}")
-        if not faster and not slower:
-            parts.append("no clear difference at any concurrency")
-        categories = bundle.comparisons[option]
-        wins = categories[(categories["category"] != "all") & (categories["verdict"] == compare.FASTER)]
-        if not wins.empty:
-            top = wins.loc[wins["speedup"].idxmax()]
-            parts.append(f"largest category win {top['speedup']:.2f}x on {top['category']} "
-                         f"(concurrency {int(top['concurrency'])})")
-        sentences.append("; ".join(parts) + ".")
-    return " ".join(sentences)
+        faster = cells[cells["verdict"] == compare.FASTER]
+        slower = cells[cells["verdict"] == compare.SLOWER]
+        scored.append((len(faster) - len(slower), float(cells["speedup"].mean()), option, cells, faster, slower))
+    scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
+    _, _, option, cells, faster, slower = scored[0]
+    if faster.empty:
+        best = rows.loc[rows["speedup"].idxmax()]
+        return (f"Keep the baseline: no option was measurably faster at any concurrency tested ({levels}); "
+                f"the closest was {best['option']} at concurrency {int(best['concurrency'])} with "
+                f"{formatting.interval_text(best['speedup'], best['ci_low'], best['ci_high'])}.")
+    top = faster.loc[faster["speedup"].idxmax()]
+    best = formatting.interval_text(top["speedup"], top["ci_low"], top["ci_high"])
+    where = faster["concurrency"].astype(int).tolist()
+    text = (f"Restart into {option}: it was faster at concurrency {_levels(where)} "
+            + (f"({best})" if len(where) == 1 else f"(up to {best} at concurrency {int(top['concurrency'])})"))
+    payback = paybacks.get(option)
+    if payback is not None and math.isfinite(payback):
+        text += f" and pays its restart back in {_hours(payback)} of the expected traffic"
+    elif payback is not None:
+        text += ", but over the expected traffic its restart never pays back"
+    if not slower.empty:
+        text += (f", but it was slower at concurrency {_levels(slower['concurrency'].astype(int).tolist())}, "
+                 "so keep the baseline if your traffic runs there")
+    return text + "."
+
+
+# --------------------------------------------------------------------------- tables and figures
+
+
+def heatmaps(bundle: ReportBundle) -> dict[str, Figure]:
+    """Per option: the category x concurrency speedup grid."""
+    level = int(round(bundle.confidence * 100))
+    return {label: plots.speedup_heatmap(table, title=f"{label}: speedup over baseline ({level} % CI decides)")
+            for label, table in bundle.comparisons.items()}
 
 
 def all_category_comparisons(bundle: ReportBundle) -> pd.DataFrame:
@@ -147,7 +341,7 @@ def all_category_comparisons(bundle: ReportBundle) -> pd.DataFrame:
 
 
 def category_table(bundle: ReportBundle) -> pd.DataFrame:
-    """Per option x category x concurrency: speedup, CI, verdict."""
+    """Per option x category x concurrency: speedup, CI, verdict (the long table behind the heatmaps)."""
     frames = [t[t["category"] != "all"].assign(option=label) for label, t in bundle.comparisons.items()]
     if not frames:
         return pd.DataFrame()
@@ -157,18 +351,36 @@ def category_table(bundle: ReportBundle) -> pd.DataFrame:
     return frame[cols]
 
 
+def collapsed(content: Any, summary: str) -> str:
+    """HTML (or a Styler) folded behind a one-line summary the reader can open."""
+    body = content.to_html() if hasattr(content, "to_html") and not isinstance(content, str) else str(content)
+    return (f'<details style="margin: 0.4em 0 1em 0;"><summary style="cursor: pointer;">{html.escape(summary)}'
+            f"</summary>{body}</details>")
+
+
 def identities(bundle: ReportBundle) -> pd.DataFrame:
-    """The servers side by side, one column per run."""
+    """The servers side by side, one column per run, without local paths (launch commands
+    are in :func:`launch_commands`: too wide for this table)."""
     columns = {}
     for run in bundle.runs:
-        table = wb.identity_table(run.server or None)
-        columns[f"{run.label} ({run.path.name})"] = table.set_index("field")["value"] if not table.empty else pd.Series(dtype=str)
-    return pd.DataFrame(columns)
+        table = tables.identity_table(run.server or None, shareable=True)
+        values = table.set_index("field")["value"] if not table.empty else pd.Series(dtype=str)
+        columns[f"{run.label} ({run.path.name})"] = values.drop("launch", errors="ignore")
+    frame = pd.DataFrame(columns)
+    frame.index.name = "field"
+    return frame
+
+
+def launch_commands(bundle: ReportBundle) -> pd.DataFrame:
+    """Each server's launch command (local paths cut), one row per run."""
+    rows = [{"run": tables.run_id(run.path), "option": run.label,
+             "launch": tables.scrub_paths(run.server.get("launch_command") or "-")} for run in bundle.runs]
+    return pd.DataFrame(rows)
 
 
 def predictions(bundle: ReportBundle) -> pd.DataFrame:
     """Predicted (from the baseline alone) vs measured decode speedup per option and concurrency."""
-    frames = [wb.predicted_vs_measured(bundle.baseline, option).assign(option=option.label)
+    frames = [tables.predicted_vs_measured(bundle.baseline, option).assign(option=option.label)
               for option in bundle.options]
     frames = [f for f in frames if not f.empty]
     if not frames:
@@ -179,27 +391,56 @@ def predictions(bundle: ReportBundle) -> pd.DataFrame:
     return table[table["category"] == "all"][[c for c in cols if c in table]].reset_index(drop=True)
 
 
-def caveats(bundle: ReportBundle) -> list[str]:
-    """Everything detected that should temper the verdicts."""
-    notes = wb.caveats(bundle.runs)
-    for option in bundle.options:
-        table = compare.losslessness(bundle.baseline.requests, option.requests)
-        dtype = (option.server or {}).get("dtype")
-        verdict = compare.losslessness_verdict(table, dtype)
-        if not verdict.startswith("Lossless"):
-            notes.append(f"{option.label}: {verdict}")
-        small = bundle.comparisons[option.label]
-        few = small[(small["category"] != "all") & (small["pairs"] < 3)]
-        if not few.empty:
-            notes.append(f"{option.label}: {len(few)} category cells rest on fewer than 3 prompt pairs: "
-                         "raise per_category for tighter intervals.")
-    return notes
+def report_caveats(bundle: ReportBundle) -> list[tables.Caveat]:
+    """Everything detected that should temper the verdicts (per run, and per option pair)."""
+    return tables.caveats(bundle.runs, baseline=bundle.baseline, comparisons=bundle.comparisons)
 
 
 def predicted_losers(bundle: ReportBundle) -> pd.DataFrame:
     """The baseline's own predictions (01-baseline), with the options predicted to lose first."""
-    path = bundle.baseline.path / wb.PREDICTIONS_PARQUET
-    if not path.exists():
+    saved = tables.read_predictions(bundle.baseline)
+    if saved is None:
         return pd.DataFrame({"note": ["the baseline run made no predictions (predict_methods was empty)"]})
-    predicted = wb.prediction_summary(pd.read_parquet(path))
+    predicted = tables.prediction_summary(saved)
     return predicted.sort_values(["loses", "option", "concurrency"], ascending=[False, True, True]).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- other notebooks' sections
+
+
+def _section_rank(kind: str) -> tuple[int, str]:
+    for i, prefix in enumerate(SECTION_ORDER):
+        if kind.startswith(prefix) or prefix in kind:
+            return i, kind
+    return len(SECTION_ORDER), kind
+
+
+def latest_sections(outputs_root: str | Path | None = None) -> list[Section]:
+    """The newest section of each kind among finished runs, in reading order."""
+    latest: dict[str, Section] = {}
+    for path in list_runs(outputs_root):
+        if read_json(path / "manifest.json").get("status") != "ok":
+            continue
+        section = read_section(path)
+        if section is not None:
+            section.run_id = tables.run_id(path)
+            latest[section.kind] = section  # oldest first, so the newest wins
+    return sorted(latest.values(), key=lambda s: _section_rank(s.kind))
+
+
+def render_section(section: Section) -> list[Any]:
+    """A section as displayable parts: heading, summary, figures, styled tables, notes."""
+    from IPython.display import HTML, Image, Markdown
+
+    parts: list[Any] = [Markdown(f"### {section.title}\n\n" + "\n".join(f"- {s}" for s in section.summary))]
+    for name, figure in section.figures.items():
+        parts.append(Image(filename=str(figure)))
+        parts.append(HTML(f'<p style="font-size: 0.85em; color: #666;">Figure: {html.escape(formatting.header(name))}</p>'))
+    for name, table in section.tables.items():
+        caption = formatting.header(name)
+        styler = formatting.styled(table, caption=caption, max_rows=25)
+        parts.append(HTML(styler.to_html() if len(table) <= 12 else collapsed(styler, f"{caption} ({len(table)} rows)")))
+    if section.notes:
+        parts.append(HTML(formatting.bullet_list(section.notes)))
+    parts.append(HTML(f'<p style="font-size: 0.85em; color: #666;">From run {html.escape(section.run_id)}.</p>'))
+    return parts

@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from speclab.compare import load_contamination
 from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity
@@ -19,6 +18,7 @@ from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
 from speclab.profiling.capture import CaptureResult, capture_profile
 from speclab.runfolder import Plan, RunData, latest_run, load_run
 from speclab.runs import Run
+from speclab.tables import COST_MODEL_JSON, PREDICTIONS_PARQUET, load_cost_model
 from speclab.target import serve_target
 
 
@@ -26,15 +26,6 @@ def start_run(params: _NotebookParams, kind: str) -> Run:
     """The run folder for this notebook execution; the manifest is written at once."""
     return Run.create(kind, params.model_dump(mode="json"), kind=kind,
                       run_dir=params.run_dir, outputs_root=params.outputs_root)
-
-
-def identity_table(identity: ServerIdentity | dict[str, Any] | None) -> pd.DataFrame:
-    """The server's identity as a two-column table."""
-    if identity is None:
-        return pd.DataFrame(columns=["field", "value"])
-    ident = identity if isinstance(identity, ServerIdentity) else ServerIdentity.model_validate(identity)
-    rows = ident.summary_rows() + [("notes", "; ".join(ident.notes) or "-")]
-    return pd.DataFrame(rows, columns=["field", "value"])
 
 
 class SweepOutcome(NamedTuple):
@@ -123,87 +114,6 @@ def acceptance_table(run: RunData) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def category_table(run: RunData) -> pd.DataFrame:
-    """Per category x concurrency: requests, per-request tok/s, median TPOT/TTFT, tokens per chunk."""
-    frame = run.requests
-    if frame.empty:
-        return pd.DataFrame()
-    ok = frame[frame["ok"].astype(bool)].copy()
-    ok["tok_s_per_request"] = ok["output_tokens"] / ok["e2e_s"]
-    grouped = ok.groupby(["category", "concurrency"])
-    table = grouped.agg(
-        requests=("prompt_id", "count"),
-        output_tokens_mean=("output_tokens", "mean"),
-        tok_s_per_request=("tok_s_per_request", "median"),
-        tpot_s_median=("tpot_s", "median"),
-        ttft_s_median=("ttft_s", "median"),
-        tokens_per_chunk_mean=("tokens_per_chunk_mean", "mean"),
-    ).reset_index()
-    return table
-
-
-def caveats(runs: list[RunData]) -> list[str]:
-    """Everything that should make a reader doubt a number, detected from the data."""
-    notes: list[str] = []
-    for run in runs:
-        name = f"{run.label} ({run.path.name})"
-        params = run.manifest.get("params") or {}
-        if run.manifest.get("status") != "ok":
-            notes.append(f"{name}: the run ended with status {run.manifest.get('status')!r}: "
-                         f"{run.manifest.get('error') or 'no error recorded'}.")
-        if not run.levels.empty:
-            if "foreign_traffic" in run.levels and run.levels["foreign_traffic"].fillna(False).astype(bool).any():
-                notes.append(f"{name}: the server counted more requests/tokens than speclab sent "
-                             "(foreign traffic): its counter-based figures include someone else's load.")
-            errors = int(run.levels["errors"].sum()) if "errors" in run.levels else 0
-            if errors:
-                notes.append(f"{name}: {errors} request(s) failed; they are excluded from every figure.")
-            for level in run.levels.to_dict("records"):
-                lag = (level.get("harness") or {}).get("p99_s") or (level.get("harness") or {}).get("lag_p99_s")
-                tpot = level.get("tpot_s_median")
-                if lag and tpot and lag > tpot:
-                    notes.append(f"{name}: at concurrency {level.get('concurrency')} the client's event loop "
-                                 f"lagged {lag * 1e3:.1f} ms (p99), more than the median TPOT: "
-                                 "raise workers.")
-        temperature = params.get("temperature")
-        if temperature not in (None, 0, 0.0):
-            notes.append(f"{name}: temperature {temperature}: outputs are sampled, so arms are not lossless pairs.")
-        if params.get("ignore_eos"):
-            notes.append(f"{name}: ignore_eos is on: acceptance on forced continuations is not representative.")
-        dtype = (run.server or {}).get("dtype")
-        if dtype and "bfloat16" in str(dtype):
-            notes.append(f"{name}: served in bf16: batched verification may change greedy outputs slightly.")
-        plan = run.path / "plan.json"
-        if plan.exists():
-            import json
-
-            if json.loads(plan.read_text()).get("reused_prompts"):
-                notes.append(f"{name}: some prompts were reused across levels: prefix/suffix caches may flatter repeats.")
-        for note in (run.server or {}).get("notes") or []:
-            if "declared" in note:
-                notes.append(f"{name}: {note}")
-    contamination = load_contamination({f"{r.label} ({r.path.name})": r.levels for r in runs if not r.levels.empty})
-    if contamination:
-        notes.append(contamination)
-    return notes
-
-
-def stack_levels(runs: list[RunData]) -> pd.DataFrame:
-    """Levels of several runs in one long table (``arm`` tells them apart)."""
-    frames = [r.levels.assign(arm=r.label, run=r.path.name) for r in runs if not r.levels.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def stack_requests(runs: list[RunData]) -> pd.DataFrame:
-    """Requests of several runs in one long table (``arm`` tells them apart)."""
-    frames = [r.requests.assign(arm=r.label, run=r.path.name) for r in runs if not r.requests.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-COST_MODEL_JSON = "cost_model.json"
-PREDICTIONS_PARQUET = "predictions.parquet"
-
-
 def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = False) -> CalibratedStepTime:
     """The step-time model behind every prediction, as ``params.verify_cost`` says.
 
@@ -247,24 +157,6 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     return model
 
 
-def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
-    """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
-    from speclab.costmodel import VerifyCost, fit_step_time
-    from speclab.predict import calibrate_from_runs, level_timings
-    from speclab.runs import read_json
-
-    path = Path(baseline_dir) / COST_MODEL_JSON
-    if not path.exists():
-        return None
-    record = read_json(path)
-    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
-    if record["source"] == "calibrate":
-        return calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
-    if record["source"] == "explicit":
-        return CalibratedStepTime(base, VerifyCost(**record["verify"]))
-    return fit_step_time(base, None, source="baseline slope")
-
-
 def prediction_options(methods: Sequence[str], ngram_k: int, suffix_k: int) -> list[SpecOption]:
     """The options 01-baseline predicts (the embedded defaults' lookup bounds for n-gram)."""
     options = []
@@ -289,16 +181,6 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
     return table
 
 
-def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
-    """The 'all categories' rows: what each option is predicted to do per concurrency."""
-    if predicted.empty:
-        return predicted
-    cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
-            "predicted_tok_s", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
-            "predicted_verdict", "break_even_acceptance_length", "loses"]
-    return predicted[predicted["category"] == "all"][cols].reset_index(drop=True)
-
-
 def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
     """Hours until a restart into each option pays for itself, for the expected traffic."""
     from speclab.predict import restart_payback
@@ -308,17 +190,6 @@ def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame
         table = restart_payback(rows, params.traffic, baseline_run_dir=data.path)
         frames.append(table.assign(option=option))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
-    """Predicted (baseline + its cost model) vs measured speedup per category x concurrency."""
-    from speclab.predict import compare_predicted_measured
-
-    model = load_cost_model(baseline.path)
-    table = compare_predicted_measured(baseline.path, option.path, cost_model=model)
-    if model is None:
-        table.attrs["note"] = "no cost model saved with the baseline: fitted on this same pair (in-sample)"
-    return table
 
 
 class ProfileOutcome(NamedTuple):

@@ -267,7 +267,7 @@ def predict_speedups(baseline_dir: str | Path, predicted: pd.DataFrame, k: int,
 
     from speclab.costmodel import predict_speedup
     from speclab.predict import level_timings
-    from speclab.workbook import load_cost_model
+    from speclab.tables import load_cost_model
 
     model = load_cost_model(baseline_dir)
     if model is None:

@@ -44,13 +44,14 @@ def test_a_bad_parameter_stops_at_validation_with_one_sentence(tmp_path: Path) -
 @pytest.mark.integration
 @pytest.mark.notebook
 @pytest.mark.usefixtures("vllm_lock")
-def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
+def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline: Path) -> None:
     outputs = str(tmp_path / "outputs")
     smoke = lambda name: [str(ROOT / "params" / name / "smoke.yaml")]
-    baseline = run_notebook("01-baseline", smoke("01-baseline"), [], outputs_root=outputs)
-    ngram = run_notebook("02-ngram", smoke("02-ngram"), [], outputs_root=outputs)
-    eagle = run_notebook("03-eagle3-drafter", smoke("03-eagle3-drafter"), [], outputs_root=outputs)
-    report = run_notebook("05-report", smoke("05-report"), [], outputs_root=outputs)
+    baseline = smoke_baseline
+    ngram = run_notebook("02-ngram", smoke("02-ngram"), [f"baseline_run={baseline}"], outputs_root=outputs)
+    eagle = run_notebook("03-eagle3-drafter", smoke("03-eagle3-drafter"), [f"baseline_run={baseline}"],
+                         outputs_root=outputs)
+    report = run_notebook("05-report", smoke("05-report"), [f"baseline_run={baseline}"], outputs_root=outputs)
     for folder in (baseline, ngram, eagle, report):
         assert Run.open(folder).manifest["status"] == "ok"
         assert (folder / "report.html").stat().st_size > 10_000
@@ -71,7 +72,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
     assert {"ngram k=4 (2..4)", "suffix k=8"} <= set(predicted["option"])
     assert predicted["predicted_speedup"].between(0.2, 10).all()
     html = (report / "report.html").read_text()
-    assert 'id="decision-table"' in html and "Decision table" in html
+    assert 'id="T_decision-table"' in html and "Decision table" in html
     assert "ngram k=4" in html
     assert "data:image/png;base64" in html  # plots embedded: the report stands alone
     assert "import " not in html.split("<body", 1)[1]  # no code cells in the shared report
@@ -86,7 +87,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path) -> None:
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", (report / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)
-    assert 'id="decision-table"' in dom.stdout  # rendered by a real browser, not just present
+    assert 'id="T_decision-table"' in dom.stdout  # rendered by a real browser, not just present
     subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

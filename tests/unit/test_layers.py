@@ -16,15 +16,15 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 LAYERS: dict[str, set[str]] = {
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
                    "runfolder", "sections", "sweep", "auth", "outcome", "drafter_corpus"},
-    "analysis": {"replay", "costmodel", "predict", "compare", "profiling", "profiling.trace",
+    "analysis": {"replay", "costmodel", "predict", "compare", "findings", "profiling", "profiling.trace",
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
                  "drafter", "trainplan"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
                     "loadgen", "identity", "profiling.capture", "hostload"},
     "server": {"server", "embedded", "target", "drafter_train"},
-    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
-                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3"},
+    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "tables", "formatting",
+                 "kernels", "cli", "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},

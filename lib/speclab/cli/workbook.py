@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,7 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     """
     import papermill
 
+    from speclab.kernels import kernel_config
     from speclab.urls import hide_credentials
 
     source = notebook_path(notebook)
@@ -87,7 +89,7 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     error: str | None = None
     try:
         papermill.execute_notebook(str(source), str(executed), parameters=params, progress_bar=progress,
-                                   cwd=str(source.parent), kernel_name="python3")
+                                   cwd=str(source.parent), kernel_name="python3", config=kernel_config())
     except papermill.PapermillExecutionError as exc:
         error = str(exc.evalue).strip().splitlines()[0] if exc.evalue else exc.ename
     except KeyboardInterrupt:
@@ -115,22 +117,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = ()) -> Path:
-    """The whole workbook on the embedded default; returns the final report's run folder."""
+def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = (),
+             phases: list[tuple[str, float]] | None = None) -> Path:
+    """The whole workbook on the embedded default; returns the final report's run folder.
+
+    ``phases`` (when given) receives (notebook and params, wall seconds) per notebook run.
+    """
     last: Path | None = None
     for notebook, params_file in DEMO_SEQUENCE:
         if notebook in skip or not (repo_root() / "notebooks" / f"{notebook}.ipynb").exists():
             continue
         print(f"speclab demo: {notebook} with {params_file} ...", flush=True)
+        started = time.perf_counter()
         last = run_notebook(notebook, [str(repo_root() / params_file)], [], outputs_root=outputs_root)
+        if phases is not None:
+            phases.append((f"{notebook} ({Path(params_file).stem})", time.perf_counter() - started))
         print(f"  -> {last}", flush=True)
     if last is None:
         raise SpeclabError("The demo found no notebooks to run; check the notebooks/ folder.")
     return last
 
 
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{seconds % 60:04.1f}"
+
+
+def phase_table(phases: list[tuple[str, float]]) -> str:
+    """Wall time per phase and in total, as aligned text lines (m:ss)."""
+    width = max([len(name) for name, _ in phases] + [5])
+    lines = [f"  {name:<{width}}  {_clock(seconds):>8}" for name, seconds in phases]
+    lines.append(f"  {'total':<{width}}  {_clock(sum(s for _, s in phases)):>8}")
+    return "\n".join(lines)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    final = run_demo(args.outputs, tuple(args.skip or ()))
+    phases: list[tuple[str, float]] = []
+    try:
+        final = run_demo(args.outputs, tuple(args.skip or ()), phases)
+    finally:
+        if phases:
+            print("\nspeclab demo: wall time by phase (m:ss)\n" + phase_table(phases), flush=True)
     print(f"\nreport: {final / 'report.html'}")
     return 0
 

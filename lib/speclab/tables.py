@@ -1,0 +1,249 @@
+"""Tables and caveats read from run folders: the one implementation notebooks and the report share.
+
+Everything here takes :class:`~speclab.runfolder.RunData` (or a run folder) and returns plain
+data; nothing starts a server or measures, so 05-report can use it on folders alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from speclab import compare
+from speclab.costmodel import CalibratedStepTime
+from speclab.runfolder import RunData
+
+COST_MODEL_JSON = "cost_model.json"
+PREDICTIONS_PARQUET = "predictions.parquet"
+
+# An absolute path of two or more parts, also after '=' or ':' (LD_PRELOAD lists), but not a
+# URL's path (``http://h:8000/v1/models`` is kept: its slashes follow a word character).
+_LOCAL_PATH = re.compile(r"(?<![\w/.~-])/(?:[\w.+@-]+/)+([\w.+@-]+)")
+
+
+def run_id(path: str | Path) -> str:
+    """A run's name without the machine's folders: ``2026-12-01/053012-01-baseline-default``."""
+    folder = Path(path)
+    return f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
+
+
+def scrub_paths(text: str) -> str:
+    """The text with absolute local paths cut to their last part (``…/smollm2-135m``)."""
+    return _LOCAL_PATH.sub(lambda m: f"…/{m.group(1)}", str(text))
+
+
+def identity_table(identity: Any, *, shareable: bool = False) -> pd.DataFrame:
+    """The server's identity (a ServerIdentity or the manifest's dict) as a two-column table.
+
+    ``shareable`` cuts local paths (model folders, the launch command's files) for a report
+    that leaves this machine.
+    """
+    if identity is None:
+        return pd.DataFrame(columns=["field", "value"])
+    if isinstance(identity, dict):
+        # the manifest's copy of the probe; the model only gives it its summary rows
+        from speclab.identity import ServerIdentity
+
+        identity = ServerIdentity.model_validate(identity)
+    ident = identity
+    rows = ident.summary_rows() + [("notes", "; ".join(ident.notes) or "-")]
+    frame = pd.DataFrame(rows, columns=["field", "value"])
+    if shareable:
+        frame["value"] = frame["value"].map(scrub_paths)
+    return frame
+
+
+def category_table(run: RunData) -> pd.DataFrame:
+    """Per category x concurrency: requests, per-request tok/s, median TPOT/TTFT, tokens per chunk."""
+    frame = run.requests
+    if frame.empty:
+        return pd.DataFrame()
+    ok = frame[frame["ok"].astype(bool)].copy()
+    ok["tok_s_per_request"] = ok["output_tokens"] / ok["e2e_s"]
+    grouped = ok.groupby(["category", "concurrency"])
+    return grouped.agg(
+        requests=("prompt_id", "count"),
+        output_tokens_mean=("output_tokens", "mean"),
+        tok_s_per_request=("tok_s_per_request", "median"),
+        tpot_s_median=("tpot_s", "median"),
+        ttft_s_median=("ttft_s", "median"),
+        tokens_per_chunk_mean=("tokens_per_chunk_mean", "mean"),
+    ).reset_index()
+
+
+def stack_levels(runs: list[RunData]) -> pd.DataFrame:
+    """Levels of several runs in one long table (``arm`` tells them apart)."""
+    frames = [r.levels.assign(arm=r.label, run=r.path.name) for r in runs if not r.levels.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def stack_requests(runs: list[RunData]) -> pd.DataFrame:
+    """Requests of several runs in one long table (``arm`` tells them apart)."""
+    frames = [r.requests.assign(arm=r.label, run=r.path.name) for r in runs if not r.requests.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# --------------------------------------------------------------------------- caveats
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """One thing detected in the data that should temper a number."""
+
+    subject: str  # the run's label (baseline, ngram k=4, ...)
+    run: str  # its run id (never a local path)
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.subject} ({self.run}): {self.message}"
+
+
+def _run_caveats(run: RunData) -> list[str]:
+    """What a single run's own data says against its numbers."""
+    notes: list[str] = []
+    params = run.manifest.get("params") or {}
+    if run.manifest.get("status") != "ok":
+        notes.append(f"the run ended with status {run.manifest.get('status')!r}: "
+                     f"{scrub_paths(run.manifest.get('error') or 'no error recorded')}.")
+    if not run.levels.empty:
+        if "foreign_traffic" in run.levels and run.levels["foreign_traffic"].fillna(False).astype(bool).any():
+            notes.append("the server counted more requests/tokens than speclab sent (foreign traffic): "
+                         "its counter-based figures include someone else's load.")
+        errors = int(run.levels["errors"].sum()) if "errors" in run.levels else 0
+        if errors:
+            notes.append(f"{errors} request(s) failed; they are excluded from every figure.")
+        for level in run.levels.to_dict("records"):
+            harness = level.get("harness") if isinstance(level.get("harness"), dict) else {}
+            lag = harness.get("p99_s") or harness.get("lag_p99_s")
+            tpot = level.get("tpot_s_median")
+            if lag and tpot and lag > tpot:
+                notes.append(f"at concurrency {level.get('concurrency')} the client's event loop lagged "
+                             f"{lag * 1e3:.1f} ms (p99), more than the median TPOT: raise workers.")
+    temperature = params.get("temperature")
+    if temperature not in (None, 0, 0.0):
+        notes.append(f"temperature {temperature}: outputs are sampled, so arms are not lossless pairs.")
+    if params.get("ignore_eos"):
+        notes.append("ignore_eos is on: acceptance on forced continuations is not representative.")
+    dtype = run.server.get("dtype")
+    if dtype and "bfloat16" in str(dtype):
+        notes.append("served in bf16: batched verification may change greedy outputs slightly.")
+    plan = run.path / "plan.json"
+    if plan.exists() and json.loads(plan.read_text()).get("reused_prompts"):
+        notes.append("some prompts were reused across levels: prefix/suffix caches may flatter repeats.")
+    for note in run.server.get("notes") or []:
+        if "declared" in note:
+            notes.append(scrub_paths(note))
+    return notes
+
+
+def _pair_caveats(baseline: RunData, option: RunData, comparison: pd.DataFrame | None) -> list[str]:
+    """What the pairing of an option run with its baseline says against the verdicts."""
+    notes: list[str] = []
+    if not baseline.requests.empty and not option.requests.empty:
+        verdict = compare.losslessness_verdict(compare.losslessness(baseline.requests, option.requests),
+                                               option.server.get("dtype"))
+        if not verdict.startswith("Lossless"):
+            notes.append(verdict)
+    if comparison is not None and not comparison.empty:
+        few = comparison[(comparison["category"] != "all") & (comparison["pairs"] < 3)]
+        if not few.empty:
+            notes.append(f"{len(few)} category cells rest on fewer than 3 prompt pairs: raise per_category "
+                         "for tighter intervals.")
+    return notes
+
+
+def caveats(runs: list[RunData], *, baseline: RunData | None = None,
+            comparisons: Mapping[str, pd.DataFrame] | None = None) -> list[Caveat]:
+    """Everything detected that should make a reader doubt a number, per run.
+
+    With ``baseline``, every other run is also checked as its paired option (greedy outputs
+    identical? enough prompt pairs per cell in ``comparisons[run.label]``?).
+    """
+    found: list[Caveat] = []
+    for run in runs:
+        messages = _run_caveats(run)
+        if baseline is not None and run is not baseline:
+            messages += _pair_caveats(baseline, run, (comparisons or {}).get(run.label))
+        found += [Caveat(run.label, run_id(run.path), m) for m in messages]
+    measured = [r for r in runs if not r.levels.empty]
+    contamination = compare.load_contamination({f"{r.label} ({r.path.name})": r.levels for r in measured})
+    if contamination:  # about the comparison as a whole: every run compared
+        found.append(Caveat(" and ".join(r.label for r in measured), ", ".join(run_id(r.path) for r in measured),
+                            contamination))
+    return found
+
+
+def group_caveats(found: list[Caveat], *, with_runs: bool = True) -> list[str]:
+    """One line per distinct message, naming every run it applies to (first-seen order);
+    ``with_runs=False`` names them by label only (where the run ids are shown nearby)."""
+    grouped: dict[str, list[Caveat]] = {}
+    for caveat in found:
+        grouped.setdefault(caveat.message, []).append(caveat)
+    lines = []
+    for message, caveats_ in grouped.items():
+        runs = ", ".join(f"{c.subject} ({c.run})" if with_runs else c.subject for c in caveats_)
+        lines.append(f"{runs}: {message}")
+    return lines
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
+    """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
+    from speclab.costmodel import VerifyCost, fit_step_time
+    from speclab.predict import calibrate_from_runs, level_timings
+    from speclab.runs import read_json
+
+    path = Path(baseline_dir) / COST_MODEL_JSON
+    if not path.exists():
+        return None
+    record = read_json(path)
+    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
+    if record["source"] == "calibrate":
+        return calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
+    if record["source"] == "explicit":
+        return CalibratedStepTime(base, VerifyCost(**record["verify"]))
+    return fit_step_time(base, None, source="baseline slope")
+
+
+def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
+    """The 'all categories' rows: what each option is predicted to do per concurrency."""
+    if predicted.empty:
+        return predicted
+    cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
+            "predicted_tok_s", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
+            "predicted_verdict", "break_even_acceptance_length", "loses"]
+    return predicted[predicted["category"] == "all"][cols].reset_index(drop=True)
+
+
+def read_predictions(baseline: RunData) -> pd.DataFrame | None:
+    """The baseline run's own predictions (01-baseline saved them), or None when it made none."""
+    path = baseline.path / PREDICTIONS_PARQUET
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
+    """Predicted (baseline + its cost model) vs measured speedup per category x concurrency."""
+    from speclab.predict import compare_predicted_measured
+
+    model = load_cost_model(baseline.path)
+    table = compare_predicted_measured(baseline.path, option.path, cost_model=model)
+    if model is None:
+        table.attrs["note"] = "no cost model saved with the baseline: fitted on this same pair (in-sample)"
+    return table
+
+
+def predicted_speedup_grid(predicted: pd.DataFrame) -> pd.DataFrame:
+    """Category rows x one column per option and concurrency: the predicted speedup."""
+    if predicted.empty:
+        return predicted
+    grid = predicted.pivot_table(index="category", columns=["option", "concurrency"], values="predicted_speedup")
+    grid.columns = [f"{option} at concurrency {concurrency} speedup" for option, concurrency in grid.columns]
+    return grid.reset_index()

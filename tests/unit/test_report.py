@@ -1,0 +1,172 @@
+"""05-report from run folders only: decision rows, records, recommendation, heatmaps, sections.
+
+The baseline and n-gram runs under tests/data/predict are real runs of the embedded server
+(float32, 2 levels, 4 categories x 2 prompts).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from speclab import compare, report, tables
+from speclab.costmodel import payback_hours
+from speclab.params import ReportParams
+from speclab.runs import Run
+from speclab.sections import write_section
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "predict"
+
+
+@pytest.fixture(scope="module")
+def bundle() -> report.ReportBundle:
+    params = ReportParams(baseline_run=str(DATA / "f32-baseline"), option_runs=[str(DATA / "f32-ngram")],
+                          bootstrap_resamples=200)
+    return report.collect(params)
+
+
+def test_the_report_module_never_imports_the_workbook_layer() -> None:
+    code = ("import sys, speclab.report, speclab.tables, speclab.formatting, speclab.findings; "
+            "print(sorted(m for m in sys.modules if m in ('speclab.workbook', 'speclab.embedded', "
+            "'speclab.cli.workbook', 'speclab.explore')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_decision_rows_are_the_paired_all_category_cells(bundle: report.ReportBundle) -> None:
+    rows = report.decision_rows(bundle)
+    option = bundle.options[0].label
+    assert list(rows["concurrency"]) == [1, 4] and set(rows["option"]) == {option}
+    all_cells = bundle.comparisons[option].query("category == 'all'")
+    assert rows["speedup"].tolist() == pytest.approx(all_cells["speedup"].tolist())
+    assert rows["baseline_tok_s"].tolist() == pytest.approx(bundle.baseline.levels["output_tok_s"].tolist())
+    assert rows["server_load_s"].iloc[0] == pytest.approx(26.647, abs=0.01)
+    html = report.decision_table(bundle).to_html()
+    assert 'id="T_decision-table"' in html and "[" in html  # speedup with its interval
+
+
+def test_payback_uses_the_measured_speedups_and_the_baselines_traffic(bundle: report.ReportBundle) -> None:
+    rows = report.decision_rows(bundle)
+    option = bundle.options[0]
+    expected = payback_hours(option.server["load_time_s"], dict(zip(rows["concurrency"], rows["speedup"], strict=True)),
+                             [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}])
+    got = report.measured_payback(bundle, option)
+    assert got == pytest.approx(float(expected["payback_hours"].iloc[-1]))
+    # 26.6 s of downtime repaid by ~1 server-hour freed per day: minutes, not hours
+    assert 0.05 < got < 0.5
+
+
+def test_a_decision_record_holds_prediction_measurement_payback_and_caveats(bundle: report.ReportBundle) -> None:
+    (record,) = report.decision_records(bundle)
+    assert record.run == "predict/f32-ngram" and record.baseline_run == "predict/f32-baseline"
+    measured = record.measured
+    assert {"predicted_speedup", "speedup", "ci_low", "ci_high", "verdict", "measured_acceptance_rate",
+            "prediction_error_pct"} <= set(measured.columns)
+    assert measured["predicted_speedup"].between(0.5, 3).all()
+    assert measured["measured_acceptance_rate"].between(0.3, 0.6).all()  # n-gram on these prompts: ~45 %
+    assert "not measurably different" in record.verdict and "pays back" in record.verdict
+    assert any(c.startswith(f"{record.option}: 8 category cells rest on fewer than 3 prompt pairs")
+               for c in record.caveats)
+    html = report.render_record(record)
+    assert "Restart cost:" in html and "27 s of downtime" in html and "Payback:" in html
+    assert str(DATA) not in html and "/root/" not in html
+
+
+def _with_verdicts(bundle: report.ReportBundle, speedups: dict[int, tuple[float, float, float]]) -> report.ReportBundle:
+    """The same runs with their 'all' cells replaced: speedup, CI low, CI high per concurrency."""
+    label = bundle.options[0].label
+    rows = [{"category": "all", "concurrency": c, "pairs": 8, "speedup": s, "ci_low": lo, "ci_high": hi,
+             "verdict": compare.verdict(lo, hi)} for c, (s, lo, hi) in speedups.items()]
+    return report.ReportBundle(bundle.baseline, bundle.options, {label: pd.DataFrame(rows)})
+
+
+def test_the_recommendation_is_one_sentence_that_follows_the_evidence(bundle: report.ReportBundle) -> None:
+    keep = report.recommendation(bundle)
+    assert keep.startswith("Keep the baseline: no option was measurably faster")
+    win = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7), 4: (1.2, 1.1, 1.3)}))
+    assert win.startswith(f"Restart into {bundle.options[0].label}: it was faster at concurrency 1 and 4")
+    assert "1.50x [1.30, 1.70] at concurrency 1" in win and "pays its restart back" in win
+    mixed = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7), 4: (0.8, 0.7, 0.9)}))
+    assert "slower at concurrency 4" in mixed and "keep the baseline if your traffic runs there" in mixed
+    for sentence in (keep, win, mixed):
+        assert sentence.endswith(".") and "\n" not in sentence
+
+
+def test_one_heatmap_per_option(bundle: report.ReportBundle) -> None:
+    figures = report.heatmaps(bundle)
+    assert list(figures) == [bundle.options[0].label]
+    ax = figures[bundle.options[0].label].axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    # 'all' + 4 categories at 2 levels, each cell with speedup and verdict
+    assert len(texts) == 10 and all("x\n" in t for t in texts)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0] == "all" and "code_editing" in labels
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    unclear = bundle.comparisons[bundle.options[0].label]["verdict"].isin([compare.UNCLEAR, compare.TOO_FEW]).sum()
+    assert len(hatched) == unclear > 0
+    for figure in figures.values():
+        plt.close(figure)
+
+
+def test_caveats_name_runs_by_id_never_by_path(bundle: report.ReportBundle) -> None:
+    found = report.report_caveats(bundle)
+    assert found and all(c.run.startswith("predict/") for c in found)
+    assert all(str(DATA) not in str(c) for c in found)
+
+
+def test_identities_and_launch_commands_cut_local_paths(bundle: report.ReportBundle) -> None:
+    frame = report.identities(bundle)
+    text = frame.to_string()
+    assert "http://127.0.0.1:0" in text and "smollm2-135m" in text and "launch" not in frame.index
+    launch = report.launch_commands(bundle)
+    assert list(launch["run"]) == ["predict/f32-baseline", "predict/f32-ngram"]
+    commands = " ".join(launch["launch"])
+    assert "libtcmalloc_minimal.so.4" in commands and "--enforce-eager" in commands
+    for local in ("/usr/lib", "/root/", "/work/"):
+        assert local not in text and local not in commands
+
+
+def test_scrub_paths_keeps_urls() -> None:
+    line = "LD_PRELOAD=/usr/lib/x/libtc.so:/opt/v/lib/libiomp5.so /v/bin/python --model /root/m/smol http://h:8000/v1/models"
+    assert tables.scrub_paths(line) == ("LD_PRELOAD=…/libtc.so:…/libiomp5.so …/python --model …/smol "
+                                        "http://h:8000/v1/models")
+
+
+def _run_with_section(root: Path, name: str, kind: str, title: str, status: str = "ok") -> Path:
+    run = Run.create(name, {}, kind=name, outputs_root=root)
+    write_section(run.path, kind=kind, title=title, summary=[f"{title} says something."],
+                  tables={"shares": pd.DataFrame({"bucket": ["gemm"], "share": [0.61]})}, notes=["a caveat"])
+    run.finalize(status)
+    return run.path
+
+
+def test_latest_section_of_each_kind_in_reading_order(tmp_path: Path) -> None:
+    _run_with_section(tmp_path, "04-moespec", "moe-what-if", "MoE old")
+    _run_with_section(tmp_path, "00-profile", "profile", "Profile old")
+    _run_with_section(tmp_path, "00-profile", "profile", "Profile new")
+    _run_with_section(tmp_path, "04-moespec", "moe-what-if", "MoE failed", status="failed")
+    _run_with_section(tmp_path, "99-custom", "zzz-custom", "Custom")
+    sections = report.latest_sections(tmp_path)
+    assert [s.title for s in sections] == ["Profile new", "MoE old", "Custom"]
+    assert all("/" in s.run_id and str(tmp_path) not in s.run_id for s in sections)
+    parts = report.render_section(sections[0])
+    html = "".join(getattr(p, "data", "") or "" for p in parts)
+    assert "61.0%" in html and "a caveat" in html and sections[0].run_id in html
+
+
+def test_collapsed_folds_a_long_table() -> None:
+    html = report.collapsed("<table></table>", "Every category cell (42 rows)")
+    assert html.startswith("<details") and "<summary" in html and "42 rows" in html
+
+
+def test_recommendation_never_pays_back_when_the_option_saves_nothing(bundle: report.ReportBundle) -> None:
+    slow = _with_verdicts(bundle, {1: (1.2, 1.1, 1.3), 4: (0.5, 0.45, 0.55)})
+    (record,) = report.decision_records(slow, [])
+    assert record.payback_h is not None and math.isinf(record.payback_h)
+    assert "never pays back" in record.verdict
