@@ -300,12 +300,13 @@ def fit_routing(trace_curve: pd.DataFrame, experts: int, top_k: int, *,
 
 @dataclass
 class VerifyCurve:
-    """MoE layer step time against distinct experts, from a layer benchmark.
+    """MoE layer step time against distinct experts (and tokens), from a layer benchmark.
 
     ``points``: columns ``tokens``, ``routing``, ``distinct_experts``, ``step_s`` (one
-    shape). Fitted ``step_s = fixed_s + per_expert_s * distinct_experts`` (least squares):
-    decode-time MoE reads each touched expert's weights once, so time follows distinct
-    experts; the residuals say how well.
+    shape). Fitted ``step_s = fixed_s + per_expert_s * distinct_experts + per_token_s * tokens``
+    (non-negative least squares): decode-time MoE reads each touched expert's weights once,
+    so time follows distinct experts; the token term is the GEMM work that grows once
+    experts see many tokens each (large batches). The residuals say how well it holds.
     """
 
     points: pd.DataFrame
@@ -314,31 +315,39 @@ class VerifyCurve:
     label: str = ""
     fixed_s: float = field(init=False)
     per_expert_s: float = field(init=False)
+    per_token_s: float = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.points.empty or {"distinct_experts", "step_s"} - set(self.points):
-            raise SpeclabError("A verify-cost curve needs points with distinct_experts and step_s.")
-        x = self.points["distinct_experts"].to_numpy(float)
+        from scipy.optimize import nnls
+
+        if self.points.empty or {"distinct_experts", "step_s", "tokens"} - set(self.points):
+            raise SpeclabError("A verify-cost curve needs points with tokens, distinct_experts and step_s.")
+        d = self.points["distinct_experts"].to_numpy(float)
+        n = self.points["tokens"].to_numpy(float)
         y = self.points["step_s"].to_numpy(float)
-        if len(np.unique(np.round(x, 3))) < 2:
-            self.per_expert_s, self.fixed_s = float(y.mean() / max(x.mean(), 1.0)), 0.0
-        else:
-            slope, intercept = np.polyfit(x, y, 1)
-            self.per_expert_s, self.fixed_s = float(max(slope, 1e-15)), float(max(intercept, 0.0))
+        # relative errors: small steps (the decode regime) weigh as much as saturated ones
+        w = 1.0 / np.maximum(y, 1e-12)
+        coef, _ = nnls(np.column_stack([np.ones_like(d), d, n]) * w[:, None], y * w)
+        self.fixed_s, self.per_expert_s, self.per_token_s = (float(c) for c in coef)
+        if self.per_expert_s <= 0:
+            raise SpeclabError("The benchmark's step time does not grow with distinct experts; rerun it with more repeats.")
 
-    def step_s(self, distinct_experts: float | np.ndarray) -> Any:
-        """Layer time for a step touching this many distinct experts (the fitted line)."""
-        return self.fixed_s + self.per_expert_s * np.asarray(distinct_experts, dtype=float)
+    def step_s(self, distinct_experts: float | np.ndarray, tokens: float | np.ndarray | None = None) -> Any:
+        """Layer time for a step touching this many distinct experts with ``tokens`` tokens
+        (None: as few tokens as can touch them, ``distinct / top_k``)."""
+        d = np.asarray(distinct_experts, dtype=float)
+        n = d / self.top_k if tokens is None else np.asarray(tokens, dtype=float)
+        return self.fixed_s + self.per_expert_s * d + self.per_token_s * n
 
-    def multiplier(self, distinct_experts: float | np.ndarray) -> Any:
-        """Layer time / a one-token step's (``top_k`` experts)."""
-        return self.step_s(distinct_experts) / self.step_s(self.top_k)
+    def multiplier(self, distinct_experts: float | np.ndarray, tokens: float | np.ndarray | None = None) -> Any:
+        """Layer time / a one-token step's (``top_k`` experts, one token)."""
+        return self.step_s(distinct_experts, tokens) / self.step_s(self.top_k, 1.0)
 
     def fit_table(self) -> pd.DataFrame:
         """Measured vs fitted, per point (ms), with the residual in %."""
         table = self.points.copy()
         table["step_ms"] = table["step_s"] * 1e3
-        table["fitted_ms"] = self.step_s(table["distinct_experts"]) * 1e3
+        table["fitted_ms"] = self.step_s(table["distinct_experts"], table["tokens"]) * 1e3
         table["residual_pct"] = (table["step_ms"] / table["fitted_ms"] - 1.0) * 100
         return table
 
@@ -435,8 +444,8 @@ def budget_sweep(model: RoutingModel, tokens: int, budgets: Sequence[int],
             if curve is not None:
                 expert_bytes = curve.points.attrs.get("expert_bytes")
                 row["bytes_loaded_gib"] = loaded * expert_bytes / 2**30 if expert_bytes else math.nan
-                row["verify_cost_x"] = float(curve.multiplier(loaded))
-                row["verify_cost_unbudgeted_x"] = float(curve.multiplier(row["experts_unbudgeted"]))
+                row["verify_cost_x"] = float(curve.multiplier(loaded, tokens))
+                row["verify_cost_unbudgeted_x"] = float(curve.multiplier(row["experts_unbudgeted"], tokens))
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -518,8 +527,8 @@ class MoEStepTime:
             return base
         tokens = batch * verified_tokens_per_seq
         other = (self.fixed_s + self.per_token_s * tokens) / base
-        moe = float(self.curve.step_s(self.experts_loaded(batch, verified_tokens_per_seq)) /
-                    self.curve.step_s(self.experts_loaded(batch, 1.0)))
+        moe = float(self.curve.step_s(self.experts_loaded(batch, verified_tokens_per_seq), tokens) /
+                    self.curve.step_s(self.experts_loaded(batch, 1.0), batch))
         return base * ((1.0 - self.moe_share) * other + self.moe_share * moe) + self.draft_s
 
 

@@ -39,6 +39,16 @@ def layer_shape(params: MoESpecParams) -> LayerShape:
     return SHAPES[params.shape]
 
 
+def resolve_path(path: str | Path) -> Path:
+    """A params path as given, else relative to the checkout (papermill runs in notebooks/)."""
+    from speclab.embedded import repo_root
+
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    return repo_root() / given
+
+
 # --------------------------------------------------------------------------- distinct experts
 
 
@@ -49,7 +59,7 @@ def load_trace_curve(params: MoESpecParams, tokens: list[int]) -> tuple[pd.DataF
 
     shape = layer_shape(params)
     top_k = params.trace_top_k or shape.top_k
-    path = Path(str(params.traces))
+    path = resolve_path(str(params.traces))
     notes: list[str] = []
     if path.suffix == ".json":
         body = json.loads(path.read_text())
@@ -134,7 +144,7 @@ def adjacency_check(params: MoESpecParams) -> pd.DataFrame:
 
 def gpu_bench_frame(params: MoESpecParams) -> pd.DataFrame:
     """The GPU layer benchmark (shipped H200 curves unless ``gpu_bench`` names another)."""
-    return bench_frame(load_bench(params.gpu_bench or shipped_gpu_bench()))
+    return bench_frame(load_bench(resolve_path(params.gpu_bench) if params.gpu_bench else shipped_gpu_bench()))
 
 
 def cpu_bench_frame(params: MoESpecParams, run_dir: Path) -> pd.DataFrame | None:
@@ -217,7 +227,7 @@ def load_scenario(params: MoESpecParams) -> Any:
     from speclab.costmodel import SeedScenario
     from speclab.params import load_params_file
 
-    return SeedScenario.model_validate(load_params_file(params.scenario)) if params.scenario else SeedScenario()
+    return SeedScenario.model_validate(load_params_file(resolve_path(params.scenario))) if params.scenario else SeedScenario()
 
 
 def ngram_acceptance(params: MoESpecParams, scenario: Any) -> dict[str, Any]:
@@ -230,7 +240,7 @@ def ngram_acceptance(params: MoESpecParams, scenario: Any) -> dict[str, Any]:
 
     k = params.ngram_k
     try:
-        run = Path(params.acceptance_baseline_run) if params.acceptance_baseline_run else \
+        run = resolve_path(params.acceptance_baseline_run) if params.acceptance_baseline_run else \
             latest_run("01-baseline", params.outputs_root)
         requests = baseline_requests(run)
     except SpeclabError as exc:

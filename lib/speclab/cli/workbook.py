@@ -17,6 +17,7 @@ DEMO_SEQUENCE = (
     ("01-baseline", "params/01-baseline/default.yaml"),
     ("02-ngram", "params/02-ngram/default.yaml"),
     ("02-ngram", "params/02-ngram/suffix.yaml"),
+    ("04-moespec", "params/04-moespec/default.yaml"),
     ("05-report", "params/05-report/default.yaml"),
 )
 

@@ -214,7 +214,11 @@ def main() -> None:
     parser.add_argument("--config", help="JSON config file (default: stdin)")
     parser.add_argument("--out", help="write the JSON result here (default: stdout)")
     args = parser.parse_args()
-    config = json.load(open(args.config)) if args.config else json.load(sys.stdin)
+    if args.config:
+        with open(args.config) as f:
+            config = json.load(f)
+    else:
+        config = json.load(sys.stdin)
     with torch.inference_mode():
         result = run(config)
     text = json.dumps(result, indent=1)
