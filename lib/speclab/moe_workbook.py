@@ -341,3 +341,21 @@ def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFra
                    f"({first['routing']}, B = {first['best_budget']}: {first['speedup_best_budget']:.2f}x), "
                    f"if acceptance held; {len(flips)} option x routing x concurrency cells flip in all.")
     return out
+
+
+def explain_seeds_moe(scenario: Any, baseline_run: str | None = None) -> pd.DataFrame:
+    """``speclab explain-seeds --moe``: per option x concurrency, the unbudgeted prediction
+    with the shipped H200 Kimi curve (Zipf 1.0 routing) and the best budget."""
+    params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=baseline_run)
+    try:
+        acceptance = ngram_acceptance(params, scenario)  # reasoning prompts where the run has them
+    except SpeclabError:
+        params = params.model_copy(update={"acceptance_category": None})
+        acceptance = ngram_acceptance(params, scenario)
+    curve = curve_for(gpu_bench_frame(params), "kimi-k2.5")
+    routing = parse_routing("zipf1.0", 384, 8)
+    table = seeds_case(params, scenario, curve, [routing], acceptance)
+    best = best_budgets(table)
+    ngram = "replayed" if acceptance["measured"] else "assumed"
+    best.insert(0, "acceptance", [ngram if o.startswith("ngram") else "borrowed" for o in best["option"]])
+    return best

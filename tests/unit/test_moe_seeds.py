@@ -51,3 +51,12 @@ def test_the_seeds_band_is_reproduced_from_shipped_data(gpu) -> None:
     eagle = best[best["option"].str.startswith("eagle3")].set_index("concurrency")
     assert eagle.loc[1, "speedup_no_budget"] > 1.3
     assert (best["speedup_best_budget"] >= best["speedup_no_budget"] - 1e-9).all()
+
+
+def test_explain_seeds_moe_prints_budgets(capsys) -> None:
+    from speclab.cli import main
+
+    code = main(["explain-seeds", "--moe", "--moe-baseline", str(ROOT / "tests/data/predict/f32-baseline")])
+    out = capsys.readouterr().out
+    assert code == 0 and "measured H200 verify curve" in out
+    assert "best_budget" in out and "borrowed" in out and "replayed" in out
