@@ -434,10 +434,11 @@ def budget_sweep(model: RoutingModel, tokens: int, budgets: Sequence[int],
         for budget in sorted({int(b) for b in budgets}):
             results = [apply_budget(d, budget, strategy) for d in draws]
             loaded = float(np.mean([r.experts_loaded for r in results]))
-            row = {
+            unbudgeted = float(np.mean([r.experts_unbudgeted for r in results]))
+            row: dict[str, Any] = {
                 "routing": model.label, "tokens": tokens, "strategy": strategy, "budget": budget,
                 "experts_loaded": loaded,
-                "experts_unbudgeted": float(np.mean([r.experts_unbudgeted for r in results])),
+                "experts_unbudgeted": unbudgeted,
                 "topk_kept": float(np.mean([r.topk_kept for r in results])),
                 "mass_kept": float(np.mean([r.mass_kept for r in results])),
             }
@@ -445,7 +446,7 @@ def budget_sweep(model: RoutingModel, tokens: int, budgets: Sequence[int],
                 expert_bytes = curve.points.attrs.get("expert_bytes")
                 row["bytes_loaded_gib"] = loaded * expert_bytes / 2**30 if expert_bytes else math.nan
                 row["verify_cost_x"] = float(curve.multiplier(loaded, tokens))
-                row["verify_cost_unbudgeted_x"] = float(curve.multiplier(row["experts_unbudgeted"], tokens))
+                row["verify_cost_unbudgeted_x"] = float(curve.multiplier(unbudgeted, tokens))
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -462,6 +463,7 @@ def _inclusion_by_rank(model: RoutingModel, tokens: int, budget: int | None, str
             used = np.unique(draw.ids)
         else:
             used = _budgeted_experts(draw, budget, strategy)  # type: ignore[arg-type]
+        assert draw.rank_of is not None  # sample_routing always sets it
         hits[draw.rank_of[used]] += 1
     return hits / samples
 

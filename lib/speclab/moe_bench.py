@@ -73,7 +73,7 @@ def run_layer_bench(shapes: list[LayerShape], tokens: list[int], *, routings: li
                     python: str | Path | None = None) -> dict[str, Any]:
     """Time the layer on this machine (server venv's torch); returns the script's JSON,
     also written to ``out`` when given. Median of ``repeats``, each over ``samples`` routing draws."""
-    from speclab.embedded import server_python
+    from speclab.paths import server_python
 
     interpreter = Path(python or server_python())
     if not interpreter.exists():

@@ -41,7 +41,7 @@ def layer_shape(params: MoESpecParams) -> LayerShape:
 
 def resolve_path(path: str | Path) -> Path:
     """A params path as given, else relative to the checkout (papermill runs in notebooks/)."""
-    from speclab.embedded import repo_root
+    from speclab.paths import repo_root
 
     given = Path(path)
     if given.exists() or given.is_absolute():
@@ -113,7 +113,8 @@ def distinct_curves(params: MoESpecParams) -> tuple[pd.DataFrame, Any, list[str]
     for text in params.routings:
         model = parse_routing(text, shape.experts, shape.top_k)
         frames.append(simulate_distinct(model, tokens, samples=params.simulation_samples).assign(source="simulated"))
-    fit, notes = None, []
+    fit: Any = None
+    notes: list[str] = []
     if params.traces:
         curve, kind, notes = load_trace_curve(params, tokens)
         experts = params.trace_experts or shape.experts
@@ -234,9 +235,9 @@ def ngram_acceptance(params: MoESpecParams, scenario: Any) -> dict[str, Any]:
     """n-gram acceptance on reasoning text: a replay of a baseline run's category (vLLM's
     proposer, position by position), else the scenario's assumed alpha (flagged)."""
     from speclab.costmodel import expected_tokens_per_step
+    from speclab.options import SpecOption
     from speclab.replay import baseline_requests, replay_ngram
-    from speclab.results import latest_run
-    from speclab.server import SpecOption
+    from speclab.runfolder import latest_run
 
     k = params.ngram_k
     try:

@@ -8,7 +8,7 @@ import nbformat
 import pandas as pd
 import pytest
 
-from speclab.cli_workbook import run_notebook
+from speclab.cli.workbook import run_notebook
 from speclab.runs import Run
 from speclab.sections import read_section
 

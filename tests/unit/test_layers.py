@@ -17,13 +17,14 @@ LAYERS: dict[str, set[str]] = {
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
                    "runfolder", "sections", "sweep", "auth", "outcome"},
     "analysis": {"replay", "costmodel", "predict", "compare", "profiling", "profiling.trace",
-                 "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta"},
+                 "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
+                 "moe", "moe_traces", "moe_plots"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
-                    "loadgen", "identity", "profiling.capture", "hostload"},
+                    "loadgen", "identity", "profiling.capture", "hostload", "moe_bench"},
     "server": {"server", "embedded", "target"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
-                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__"},
+                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "moe_workbook"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from speclab.embedded import server_python
 from speclab.errors import SpeclabError
 from speclab.moe_bench import LayerShape, bench_frame, load_bench, run_layer_bench, shipped_gpu_bench
+from speclab.paths import server_python
 
 
 @pytest.mark.usefixtures("vllm_lock")  # a benchmark: one at a time on the shared CPU
