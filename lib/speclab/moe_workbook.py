@@ -282,10 +282,22 @@ def seeds_options(params: MoESpecParams, acceptance: dict[str, Any]) -> list[dic
 def seeds_case(params: MoESpecParams, scenario: Any, curve: VerifyCurve, routings: list[RoutingModel],
                acceptance: dict[str, Any]) -> pd.DataFrame:
     """Predicted tok/s per option x routing x budget x concurrency on the seeds' deployment,
-    with whether the prediction falls in the band the team measured."""
+    with whether the prediction falls in the band the team measured, and the routing mass a
+    sequence's verify group keeps under each budget (the acceptance proxy)."""
     budgets: list[int | None] = [None, *sorted(set(params.budgets))]
-    frames = [predict_budget_speedups(scenario, curve, r, seeds_options(params, acceptance), budgets)
-              for r in routings]
+    options = seeds_options(params, acceptance)
+    frames = []
+    for routing in routings:
+        table = predict_budget_speedups(scenario, curve, routing, options, budgets)
+        mass = {}
+        for opt in options:
+            group = max(int(round(float(opt["verified_tokens_per_seq"]))), 1)
+            sweep = budget_sweep(routing, group, sorted(set(params.budgets)), ("substitution",), samples=100)
+            mass.update({(opt["option"], int(b)): float(m)
+                         for b, m in zip(sweep["budget"], sweep["mass_kept"], strict=True)})
+        table["mass_kept"] = [1.0 if b == "none" else mass[(o, int(b))]
+                              for o, b in zip(table["option"], table["budget"], strict=True)]
+        frames.append(table)
     table = pd.concat(frames, ignore_index=True)
     lo, hi = scenario.measured_ngram_change
     table["within_measured_band"] = table["predicted_speedup"].between(1 + lo, 1 + hi)
@@ -293,14 +305,18 @@ def seeds_case(params: MoESpecParams, scenario: Any, curve: VerifyCurve, routing
     return table
 
 
-def best_budgets(table: pd.DataFrame) -> pd.DataFrame:
-    """Per option x routing x concurrency: unbudgeted speedup, the best budget and its speedup."""
+def best_budgets(table: pd.DataFrame, min_mass_kept: float = 0.95) -> pd.DataFrame:
+    """Per option x routing x concurrency: unbudgeted speedup, and the best budget among those
+    keeping at least ``min_mass_kept`` of the routing mass (tighter ones would cost acceptance
+    that is not modelled here)."""
     rows = []
     for (option, routing, c), part in table.groupby(["option", "routing", "concurrency"], sort=False):
         none = part[part["budget"] == "none"]["predicted_speedup"].iloc[0]
-        best = part.loc[part["predicted_speedup"].idxmax()]
+        allowed = part[part["mass_kept"] >= min_mass_kept] if "mass_kept" in part else part
+        best = allowed.loc[allowed["predicted_speedup"].idxmax()]
         rows.append({"option": option, "routing": routing, "concurrency": c, "speedup_no_budget": none,
-                     "best_budget": best["budget"], "speedup_best_budget": best["predicted_speedup"],
+                     "best_budget": best["budget"], "mass_kept": best.get("mass_kept", 1.0),
+                     "speedup_best_budget": best["predicted_speedup"],
                      "turns_positive": none <= 1.0 < best["predicted_speedup"]})
     return pd.DataFrame(rows)
 
@@ -335,12 +351,13 @@ def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFra
                f"measured 9-26 % band at {where}.")
     flips = best[best["turns_positive"]]
     if flips.empty:
-        out.append("No budget in the sweep turns a losing option positive at any concurrency.")
+        out.append("No budget that keeps enough routing mass turns a losing option positive at any concurrency.")
     else:
         first = flips.iloc[0]
         out.append(f"A budget turns {first['option']} positive at concurrency {first['concurrency']} "
-                   f"({first['routing']}, B = {first['best_budget']}: {first['speedup_best_budget']:.2f}x), "
-                   f"if acceptance held; {len(flips)} option x routing x concurrency cells flip in all.")
+                   f"({first['routing']}, B = {first['best_budget']} keeping {first['mass_kept']:.0%} of the "
+                   f"routing mass: {first['speedup_best_budget']:.2f}x), if acceptance held; {len(flips)} option "
+                   f"x routing x concurrency cells flip in all.")
     return out
 
 
@@ -356,7 +373,7 @@ def explain_seeds_moe(scenario: Any, baseline_run: str | None = None) -> pd.Data
     curve = curve_for(gpu_bench_frame(params), "kimi-k2.5")
     routing = parse_routing("zipf1.0", 384, 8)
     table = seeds_case(params, scenario, curve, [routing], acceptance)
-    best = best_budgets(table)
+    best = best_budgets(table, params.min_mass_kept)
     ngram = "replayed" if acceptance["measured"] else "assumed"
     best.insert(0, "acceptance", [ngram if o.startswith("ngram") else "borrowed" for o in best["option"]])
     return best

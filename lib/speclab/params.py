@@ -182,6 +182,7 @@ class MoESpecParams(_NotebookParams):
     budgets: list[PositiveInt] = Field([8, 12, 16, 24, 32, 48, 64], min_length=1, description="budgets B")
     budget_tokens: int = Field(5, ge=1, description="tokens per verify group in the sweep (k + 1)")
     budget_routing: str = Field("zipf1.0", description="routing for the what-if (or 'fitted')")
+    min_mass_kept: float = Field(0.95, gt=0, le=1, description="best budget: routing mass kept at least")
     scenario: str | None = Field(None, description="SeedScenario YAML (None: the seeds' figures)")
     acceptance_baseline_run: str | None = Field(None, description="01-baseline run to replay n-gram on")
     acceptance_category: str | None = Field("math_reasoning", description="category replayed (None: all)")
