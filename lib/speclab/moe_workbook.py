@@ -224,6 +224,20 @@ def budget_table(params: MoESpecParams, curve: VerifyCurve, routing: RoutingMode
     return budget_sweep(routing, params.budget_tokens, budgets, curve=curve, samples=200)
 
 
+def seeds_routings(params: MoESpecParams, fit: Any) -> list[RoutingModel]:
+    """Routing for the seeds' case, always on Kimi-K2.5's shape (384 experts, top-8): uniform,
+    Zipf 1.0 and the what-if's routing (a fitted model keeps its skew and correlation)."""
+    kimi = SHAPES["kimi-k2.5"]
+    models = [parse_routing(r, kimi.experts, kimi.top_k) for r in ("uniform", "zipf1.0")]
+    if params.budget_routing == "fitted" and fit is not None:
+        extra = RoutingModel(kimi.experts, kimi.top_k, fit.model.zipf_s, fit.model.rho, name=fit.model.label)
+    else:
+        extra = parse_routing(params.budget_routing, kimi.experts, kimi.top_k)
+    if extra.label not in {m.label for m in models}:
+        models.append(extra)
+    return models
+
+
 def load_scenario(params: MoESpecParams) -> Any:
     from speclab.costmodel import SeedScenario
     from speclab.params import load_params_file
@@ -315,7 +329,7 @@ def best_budgets(table: pd.DataFrame, min_mass_kept: float = 0.95) -> pd.DataFra
         allowed = part[part["mass_kept"] >= min_mass_kept] if "mass_kept" in part else part
         best = allowed.loc[allowed["predicted_speedup"].idxmax()]
         rows.append({"option": option, "routing": routing, "concurrency": c, "speedup_no_budget": none,
-                     "best_budget": best["budget"], "mass_kept": best.get("mass_kept", 1.0),
+                     "best_budget": str(best["budget"]), "mass_kept": best.get("mass_kept", 1.0),
                      "speedup_best_budget": best["predicted_speedup"],
                      "turns_positive": none <= 1.0 < best["predicted_speedup"]})
     return pd.DataFrame(rows)
@@ -334,9 +348,10 @@ def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFra
     if not uni.empty:
         measured = " / ".join(f"{v:.2f}x" for v in uni["measured_x"])
         reference = " / ".join(f"{v:.2f}x" for v in uni["reference_x"])
-        out.append(f"On {curve.label}, verifying n = {'/'.join(str(int(n)) for n in uni['tokens'])} tokens under "
-                   f"uniform routing costs {measured} a one-token step (reference {reference}); layer time follows "
-                   f"distinct experts at {curve.per_expert_s * 1e6:.1f} us per expert.")
+        out.append(f"For Kimi-K2.5's layer shape on {curve.label.split(' on ', 1)[-1]}, verifying n = "
+                   f"{'/'.join(str(int(n)) for n in uni['tokens'])} tokens under uniform routing costs {measured} "
+                   f"a one-token step (reference {reference}); layer time follows distinct experts at "
+                   f"{curve.per_expert_s * 1e6:.1f} us per expert.")
     sub = budgets[(budgets["strategy"] == "substitution")]
     if not sub.empty:
         b = sub.iloc[len(sub) // 2]
