@@ -325,12 +325,20 @@ class VerifyCurve:
         d = self.points["distinct_experts"].to_numpy(float)
         n = self.points["tokens"].to_numpy(float)
         y = self.points["step_s"].to_numpy(float)
-        # relative errors: small steps (the decode regime) weigh as much as saturated ones
-        w = 1.0 / np.maximum(y, 1e-12)
-        coef, _ = nnls(np.column_stack([np.ones_like(d), d, n]) * w[:, None], y * w)
-        self.fixed_s, self.per_expert_s, self.per_token_s = (float(c) for c in coef)
-        if self.per_expert_s <= 0:
-            raise SpeclabError("The benchmark's step time does not grow with distinct experts; rerun it with more repeats.")
+        w = 1.0 / np.maximum(y, 1e-12)  # relative errors: small (decode) steps weigh as much as big ones
+        # Tokens and distinct experts rise together, so fit in two stages: the expert line on the
+        # decode regime (at most ~2 tokens per touched expert: weight reads dominate), then the
+        # token term on what is left over everywhere (GEMM work once experts see many tokens).
+        regime = n * self.top_k / np.maximum(d, 1e-9) <= 2.0
+        if regime.sum() < 2 or np.unique(np.round(d[regime], 3)).size < 2:
+            regime = np.ones_like(d, dtype=bool)
+        coef, _ = nnls(np.column_stack([np.ones(regime.sum()), d[regime]]) * w[regime, None], y[regime] * w[regime])
+        self.fixed_s, self.per_expert_s = float(coef[0]), float(coef[1])
+        if self.per_expert_s <= 0:  # noise swamped the slope: time proportional to experts
+            self.fixed_s, self.per_expert_s = 0.0, float(np.median(y / np.maximum(d, 1e-9)))
+        residual = y - self.fixed_s - self.per_expert_s * d
+        token_coef, _ = nnls((n * w)[:, None], residual * w)
+        self.per_token_s = float(token_coef[0])
 
     def step_s(self, distinct_experts: float | np.ndarray, tokens: float | np.ndarray | None = None) -> Any:
         """Layer time for a step touching this many distinct experts with ``tokens`` tokens
