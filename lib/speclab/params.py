@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, SpecOption, default_option
@@ -193,11 +193,56 @@ class ProfileNotebookParams(_ServerParams):
         return SpecOption()
 
 
+class MoESpecParams(_NotebookParams):
+    """04-moespec: why verification costs more on a MoE model, and what an expert budget buys."""
+
+    notebook: ClassVar[str] = "04-moespec"
+    shape: Literal["kimi-k2.5", "qwen3-30b-a3b"] = Field("kimi-k2.5", description="MoE layer shape")
+    tokens: list[PositiveInt] = Field([1, 2, 3, 4, 5, 6, 8, 12, 16], min_length=2,
+                                      description="tokens verified per sequence, for the curves")
+    routings: list[str] = Field(["uniform", "zipf1.0", "zipf2.5", "rho0.8"], min_length=1,
+                                description="routing models: uniform, zipfS, rhoR, or zipfS+rhoR")
+    simulation_samples: int = Field(400, ge=20, description="simulated layers per routing point")
+    gpu_bench: str | None = Field(None, description="layer benchmark JSON from a GPU (None: shipped H200)")
+    cpu_bench: bool = Field(True, description="also time the layer on this CPU (server venv torch)")
+    cpu_scale: int = Field(8, ge=1, description="CPU: hidden and expert FFN divided by this")
+    cpu_tokens: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=2, description="CPU: tokens per step")
+    cpu_repeats: int = Field(3, ge=1, description="CPU: timed repeats (median)")
+    cpu_time_budget_s: float = Field(60.0, gt=0, description="CPU: seconds at most for the benchmark")
+    traces: str | None = Field(None, description="routing to fit: SGLang dump (.pt/folder) or response JSON")
+    trace_layers: int | None = Field(None, ge=1, description="SGLang routed_experts: MoE layers")
+    trace_experts: int | None = Field(None, ge=2, description="experts in the traced model (None: shape's)")
+    trace_top_k: int | None = Field(None, ge=1, description="experts per token in the trace (None: shape's)")
+    budgets: list[PositiveInt] = Field([8, 12, 16, 24, 32, 48, 64], min_length=1, description="budgets B")
+    budget_tokens: int = Field(5, ge=1, description="tokens per verify group in the sweep (k + 1)")
+    budget_routing: str = Field("zipf1.0", description="routing for the what-if (or 'fitted')")
+    min_mass_kept: float = Field(0.95, gt=0, le=1, description="best budget: routing mass kept at least")
+    scenario: str | None = Field(None, description="SeedScenario YAML (None: the seeds' figures)")
+    acceptance_baseline_run: str | None = Field(None, description="01-baseline run to replay n-gram on")
+    acceptance_category: str | None = Field("math_reasoning", description="category replayed (None: all)")
+    ngram_k: int = Field(4, ge=1, le=16, description="n-gram num_speculative_tokens")
+    eagle3_acceptance_length: float = Field(2.69, ge=1, description="EAGLE-3 mean acceptance length")
+    eagle3_k: int = Field(3, ge=1, le=16, description="EAGLE-3 num_speculative_tokens")
+    eagle3_draft_cost: float = Field(0.05, ge=0, description="per drafted token, share of a baseline step")
+
+    @model_validator(mode="after")
+    def _routings_parse(self) -> Any:
+        from speclab.moe import parse_routing
+
+        for text in [*self.routings, self.budget_routing]:
+            if text != "fitted":
+                parse_routing(text, 8, 2)
+        if self.budget_routing == "fitted" and not self.traces:
+            raise ValueError("budget_routing 'fitted' needs 'traces' (routing to fit)")
+        return self
+
+
 NOTEBOOK_PARAMS: dict[str, type[_NotebookParams]] = {
     "00-profile": ProfileNotebookParams,
     "01-baseline": BaselineParams,
     "02-ngram": SpecParams,
     "03-eagle3-drafter": Eagle3Params,
+    "04-moespec": MoESpecParams,
     "05-report": ReportParams,
 }
 

@@ -18,13 +18,14 @@ LAYERS: dict[str, set[str]] = {
                    "runfolder", "sections", "sweep", "auth", "outcome", "drafter_corpus"},
     "analysis": {"replay", "costmodel", "predict", "compare", "findings", "profiling", "profiling.trace",
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
-                 "drafter", "trainplan"},
+                 "drafter", "trainplan", "moe", "moe_traces", "moe_plots"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
-                    "loadgen", "identity", "profiling.capture", "hostload"},
+                    "loadgen", "identity", "profiling.capture", "hostload", "moe_bench"},
     "server": {"server", "embedded", "target", "drafter_train"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "tables", "formatting",
-                 "kernels", "cli", "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3"},
+                 "kernels", "cli", "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3",
+                 "moe_workbook"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},

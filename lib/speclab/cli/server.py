@@ -69,6 +69,11 @@ def cmd_explain_seeds(args: argparse.Namespace) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200):
         print(f"{scenario.name}: n-gram k={scenario.num_speculative_tokens}, naive vs calibrated\n")
         print(table.round(3).to_string(index=False))
+        if args.moe:
+            from speclab.moe_workbook import explain_seeds_moe
+
+            print("\nWith the measured H200 verify curve and expert budgets (docs/moe.md):\n")
+            print(explain_seeds_moe(scenario, args.moe_baseline).round(3).to_string(index=False))
     return 0
 
 
@@ -97,4 +102,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="why n-gram lost on the seeds' Kimi-K2.5 8xPCIe deployment (naive vs calibrated)")
     p.add_argument("--scenario", help="a SeedScenario YAML (default: the seeds' own figures)")
     p.add_argument("--alpha", help="per-token acceptance values to tabulate, e.g. 0.3,0.5")
+    p.add_argument("--moe", action="store_true", help="also: measured MoE verify curve and expert budgets")
+    p.add_argument("--moe-baseline", help="--moe: 01-baseline run whose reasoning prompts give n-gram acceptance")
     p.set_defaults(func=cmd_explain_seeds)

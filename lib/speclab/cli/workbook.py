@@ -19,6 +19,7 @@ DEMO_SEQUENCE = (
     ("02-ngram", "params/02-ngram/default.yaml"),
     ("02-ngram", "params/02-ngram/suffix.yaml"),
     ("03-eagle3-drafter", "params/03-eagle3-drafter/default.yaml"),
+    ("04-moespec", "params/04-moespec/default.yaml"),
     ("05-report", "params/05-report/default.yaml"),
 )
 
