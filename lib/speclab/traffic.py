@@ -18,8 +18,9 @@ and a step-time model (:class:`speclab.costmodel.CalibratedStepTime`, calibrated
   at the bin's concurrency turns them into baseline and speculative tok/s
   (:func:`speclab.costmodel.predict_speedup`).
 * **Hours saved and payback**: each bin is a slice of the day (the log's span scaled to
-  24 h) at its own speedup; :func:`speclab.costmodel.payback_hours`' rule gives the
-  server-hours freed per day and the hours of operation until a restart pays back.
+  24 h) at its own speedup, busy for ``min(concurrency, 1)`` of its length;
+  :func:`speclab.costmodel.payback_hours`' rule gives the server-hours freed per day and
+  the hours of operation until a restart pays back.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def length_bucket(tokens: pd.Series) -> pd.Series:
     """Output-length bucket labels (``64-127`` tokens ...; the last is open: ``4096+``)."""
     edges = list(LENGTH_EDGES) + [np.inf]
     labels = [f"{a}-{b - 1}" for a, b in zip(LENGTH_EDGES[:-1], LENGTH_EDGES[1:], strict=True)] + [f"{LENGTH_EDGES[-1]}+"]
-    return pd.cut(tokens, edges, right=False, labels=labels).astype(str)
+    return pd.cut(tokens, edges, right=False, labels=labels)  # ordered categorical: sorts by length
 
 
 def _pos_columns(frame: pd.DataFrame) -> list[str]:
@@ -66,8 +67,9 @@ def acceptance_by(requests: pd.DataFrame, keys: Sequence[str] = ()) -> pd.DataFr
         frame = frame.assign(output_length_bucket=length_bucket(frame["output_tokens"]))
     group = ["option", "method", "k", *keys]
     counts = list(COUNTER_COLUMNS) + _pos_columns(frame) + ["output_tokens"]
-    out = frame.groupby(group, sort=True, dropna=False)[counts].sum().reset_index()
-    out.insert(len(group), "requests", frame.groupby(group, sort=True, dropna=False).size().values)
+    grouped = frame.groupby(group, sort=True, dropna=False, observed=True)
+    out = grouped[counts].sum().reset_index()
+    out.insert(len(group), "requests", grouped.size().values)
     d, dt, steps = (out[c].where(out[c] > 0) for c in ("drafts", "draft_tokens", "decode_steps"))
     out["acceptance_rate"] = out["accepted_tokens"] / dt
     out["mean_acceptance_length"] = 1 + out["accepted_tokens"] / d
@@ -190,8 +192,9 @@ def predict_day(requests: pd.DataFrame, model: StepTimeModel, *, load_time_s: fl
     summary = []
     for option, part in per_bin.groupby("option", sort=False):
         # costmodel.payback_hours' rule, bin by bin (one concurrency can carry several mixes):
-        # an hour at speedup s frees 1 - 1/s server-hours; payback = downtime / freed per hour
-        hours = bin_s / 3600.0 * scale
+        # a busy hour at speedup s frees 1 - 1/s server-hours; payback = downtime / freed per
+        # hour. Below one request in flight the server is busy only part of the bin (<= c).
+        hours = bin_s / 3600.0 * scale * part["concurrency"].clip(upper=1.0)
         freed = float((hours * (1.0 - 1.0 / part["predicted_speedup"])).sum())
         downtime_h = restarts * load_time_s / 3600.0
         payback = downtime_h / (freed / 24.0) if freed > 0 else math.inf
@@ -207,7 +210,7 @@ def predict_day(requests: pd.DataFrame, model: StepTimeModel, *, load_time_s: fl
             "predicted_tok_s": float(np.average(part["predicted_tok_s"], weights=weights)),
             "predicted_speedup": float(np.average(part["predicted_speedup"], weights=weights)),
             "min_bin_speedup": float(part["predicted_speedup"].min()),
-            "hours_losing_per_day": float((part["predicted_speedup"] < 1).sum() * bin_s / 3600.0 * scale),
+            "hours_losing_per_day": float(hours[part["predicted_speedup"] < 1].sum()),
             "server_hours_saved_per_day": freed, "restart_downtime_h": downtime_h,
             "payback_hours": payback, "pays_back": math.isfinite(payback),
         })

@@ -363,6 +363,9 @@ def replay_log(log: str | Path, run_dir: str | Path, options: Sequence[ReplayOpt
     if result.stats["hash_fallback_steps"]:
         result.notes.append(f"{result.stats['hash_fallback_steps']} n-gram steps hit a hash collision and were "
                             "decided by the exact KMP fallback")
+    if any("re-implementation" in impl for impl in result.stats["implementation"].values()):
+        result.notes.append("suffix drafts came from speclab's pure-Python re-implementation (arctic-inference "
+                            "not importable by the suffix python); tie-breaking may differ from the real cache")
     if any(o.method == "suffix" for o in options):
         result.notes.append(f"suffix: the server-wide response tree sees earlier requests of the same batch only "
                             f"(up to {batch_size - 1}), {suffix_concurrency} at a time")
