@@ -77,13 +77,15 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
                    fmt: LogFormat = "auto", max_rows: int | None = None, bin_minutes: float = 15.0,
                    max_model_len: int | None = None, benchmark_predictions: pd.DataFrame | None = None,
                    server_url: str | None = None, served_model: str | None = None,
-                   suffix_python: str | None = None, progress: bool = True, title: str | None = None) -> TrafficReport:
+                   suffix_python: str | None = None, progress: bool = True, title: str | None = None,
+                   section_dir: str | Path | None = None) -> TrafficReport:
     """Replay ``log`` into ``run_dir`` and predict the day; writes tables and the report section.
 
     ``cost_model``: a step-time model (01-baseline's, or :func:`speclab.traffic.given_cost_model`);
     without one only acceptance is reported. ``server_url``: compare the local tokenisation
     with the server's ``/tokenize`` on a sample first. ``suffix_python``: the interpreter that
-    has arctic-inference (default: the embedded server venv's).
+    has arctic-inference (default: the embedded server venv's). ``section_dir``: the run
+    folder whose report section this becomes (default ``run_dir``).
     """
     run_dir = Path(run_dir)
     folder = _model_folder(model_dir)
@@ -130,8 +132,29 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
     else:
         notes.append("the log has no timestamps: no concurrency profile, no day prediction")
     report = TrafficReport(replay, acceptance, day, comparison, check, notes)
-    _write_section(report, run_dir, Path(log).name, title)
+    _write_section(report, Path(section_dir or run_dir), Path(log).name, title)
     return report
+
+
+def traffic_for_baseline(params: Any, run_dir: str | Path, cost_model: Any, predicted: pd.DataFrame,
+                         progress: bool = False, workers: int | None = -1) -> TrafficReport:
+    """01-baseline's ``traffic_log``: the options it predicts, replayed over the log with its
+    cost model and restart time; batches under ``<run>/traffic``, the section in the run.
+    ``workers``: local Ray CPUs (-1: all cores; None: this process, no Ray)."""
+    import os
+
+    from speclab.runs import read_json
+    from speclab.workbook import prediction_options
+
+    options = [ReplayOption(method=o.method, k=o.num_speculative_tokens, prompt_lookup_min=o.prompt_lookup_min,
+                            prompt_lookup_max=o.prompt_lookup_max)
+               for o in prediction_options(params.predict_methods, params.predict_k, params.predict_suffix_k)]
+    server = read_json(Path(run_dir) / "manifest.json").get("server") or {}
+    return replay_traffic(params.traffic_log, Path(run_dir) / "traffic", options, model_dir=params.traffic_model,
+                          cost_model=cost_model, load_time_s=float(server.get("load_time_s") or 1800.0),
+                          workers=(os.cpu_count() or 1) if workers == -1 else workers,
+                          benchmark_predictions=predicted, progress=progress,
+                          section_dir=run_dir)
 
 
 def _write_section(report: TrafficReport, run_dir: Path, log_name: str, title: str | None) -> None:

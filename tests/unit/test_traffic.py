@@ -305,3 +305,26 @@ def test_cli_replay_logs_writes_a_run_with_a_report_section(tmp_path: Path, mode
     assert "day_profile" in section.figures
     day = section.tables["day_by_option"]
     assert day["predicted_speedup"].between(0.2, 5).all() and not math.isnan(day["payback_hours"].iloc[0])
+
+
+def test_baseline_hook_puts_traffic_next_to_the_benchmark_prediction(tmp_path: Path, model_folder: Path) -> None:
+    import shutil
+
+    from speclab.params import BaselineParams
+    from speclab.traffic_run import traffic_for_baseline
+
+    run = tmp_path / "baseline"
+    shutil.copytree(Path(__file__).parents[1] / "data" / "predict" / "f32-baseline", run)
+    log = write_log(tmp_path / "log.jsonl", 120, seed=8)
+    params = BaselineParams(mode="embedded", traffic_log=str(log), traffic_model=str(model_folder),
+                            predict_methods=["ngram"], verify_cost="baseline_slope")
+    predicted = pd.DataFrame([{"option": "ngram k=4 (2..4)", "category": "all", "concurrency": c,
+                               "acceptance_rate": 0.3, "mean_acceptance_length": 2.0, "predicted_speedup": s}
+                              for c, s in ((1, 1.2), (4, 0.9))])
+    report = traffic_for_baseline(params, run, given_cost_model(COST), predicted, workers=None)
+    row = report.comparison.set_index("option").loc["ngram k=4 (2..4)"]
+    assert row["benchmark_speedup_min"] == 0.9 and row["benchmark_speedup_max"] == 1.2
+    assert 0 < row["traffic_acceptance_rate"] < 1
+    assert (run / "traffic" / "batches" / "batch-000000.parquet").exists()
+    section = read_section(run)
+    assert section is not None and "traffic_vs_benchmark" in section.tables
