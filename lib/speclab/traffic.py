@@ -160,7 +160,7 @@ def predict_day(requests: pd.DataFrame, model: StepTimeModel, *, load_time_s: fl
     if requests.empty:
         raise SpeclabError("The replay holds no requests; check the log's bad rows.")
     profile, notes = concurrency_profile(requests, bin_s, default_step_s=model.step_time_s(1.0, 1.0))
-    span_h = len(profile) * bin_s / 3600.0
+    span_h = (int(profile["bin"].max()) + 1) * bin_s / 3600.0  # idle bins (dropped) count too
     t0 = profile["start_s"].min()
     frame = requests[requests["timestamp_s"].notna()].copy()
     # arrival bin numbers on the profile's grid (its bins start at t0)
@@ -205,7 +205,7 @@ def predict_day(requests: pd.DataFrame, model: StepTimeModel, *, load_time_s: fl
             "acceptance_rate": overall.loc[option, "acceptance_rate"],
             "mean_acceptance_length": overall.loc[option, "mean_acceptance_length"],
             "tokens_per_step": overall.loc[option, "tokens_per_step"],
-            "day_mean_concurrency": float((part["concurrency"]).mean()),
+            "day_mean_concurrency": float(part["concurrency"].sum() * bin_s / 3600.0 / span_h),
             "baseline_tok_s": float(np.average(part["baseline_tok_s"], weights=weights)),
             "predicted_tok_s": float(np.average(part["predicted_tok_s"], weights=weights)),
             "predicted_speedup": float(np.average(part["predicted_speedup"], weights=weights)),

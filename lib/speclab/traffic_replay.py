@@ -46,7 +46,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
 from speclab.ngram_fast import COUNTER_COLUMNS, pack_requests, replay_ngram_batch
-from speclab.replay import DEFAULT_MAX_MODEL_LEN, NGRAM_DEFAULT_LOOKUP, SUFFIX_DEFAULTS, ReplayStep, summarise_steps
+from speclab.replay import (
+    DEFAULT_MAX_MODEL_LEN,
+    NGRAM_DEFAULT_LOOKUP,
+    SUFFIX_DEFAULTS,
+    ReplayStep,
+    summarise_steps,
+)
 from speclab.traffic_logs import BadRow, LogBatch, LogFormat, iter_log_batches, log_kind
 from speclab.traffic_tokens import ChatTokenizer
 

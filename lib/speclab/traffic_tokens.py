@@ -162,7 +162,7 @@ def check_against_server(tokenizer: ChatTokenizer, records: Sequence[LogRecord],
             except httpx.HTTPError as exc:
                 raise SpeclabError(f"The server at {root} did not tokenize ({exc}); check --server or leave it out.") from None
             served = response.json().get("tokens") or []
-            first = next((i for i, (a, b) in enumerate(zip(ids, served)) if a != b), min(len(ids), len(served)))
+            first = next((i for i, (a, b) in enumerate(zip(ids, served, strict=False)) if a != b), min(len(ids), len(served)))
             rows.append({"request_id": record.request_id, "local_tokens": len(ids), "server_tokens": len(served),
                          "match": list(ids) == list(served),
                          "first_difference": None if list(ids) == list(served) else first})

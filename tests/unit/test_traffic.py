@@ -71,7 +71,7 @@ def test_compiled_ngram_batches_many_requests_as_one_at_a_time() -> None:
     prompts = [r["prompt_token_ids"] for r in rows]
     outputs = [r["output_token_ids"] for r in rows]
     together, _ = replay_ngram_batch(*pack_requests(prompts, outputs), 2, 4, 4, 4096)
-    alone = np.vstack([replay_ngram_batch(*pack_requests([p], [o]), 2, 4, 4, 4096)[0] for p, o in zip(prompts, outputs)])
+    alone = np.vstack([replay_ngram_batch(*pack_requests([p], [o]), 2, 4, 4, 4096)[0] for p, o in zip(prompts, outputs, strict=False)])
     assert (together == alone).all()
     assert together[:, 4].sum() > 0  # something was accepted
 
@@ -124,7 +124,8 @@ def test_parquet_and_gzip_logs_stream_the_same_records(tmp_path: Path) -> None:
     jsonl = write_log(tmp_path / "log.jsonl", 120, seed=4)
     gz = write_log(tmp_path / "log.jsonl.gz", 120, seed=4)
     parquet = write_log(tmp_path / "log.parquet", 120, seed=4)
-    assert gzip.open(gz).read() == jsonl.read_bytes()
+    with gzip.open(gz) as unzipped:
+        assert unzipped.read() == jsonl.read_bytes()
     a = [r for b in iter_log_batches(jsonl, 50) for r in b.records]
     b = [r for b in iter_log_batches(parquet, 50) for r in b.records]
     assert len(a) == 120 and a == b
@@ -148,7 +149,7 @@ def test_generator_is_seeded_and_follows_the_day() -> None:
     assert (np.abs(hours - 15) < 3).sum() > 2.5 * (np.abs((hours + 12) % 24 - 15) < 3).sum()  # peak vs trough
     frame = pd.DataFrame(a)
     assert set(frame["category"]) == {"code-edit", "extraction", "rag-qa", "summarise", "chat"}
-    assert all(r["timestamp"] <= s["timestamp"] for r, s in zip(a, a[1:]))
+    assert all(r["timestamp"] <= s["timestamp"] for r, s in zip(a, a[1:], strict=False))
 
 
 def test_copy_heavy_categories_accept_more_than_chat(tmp_path: Path) -> None:
