@@ -329,3 +329,11 @@ def test_baseline_hook_puts_traffic_next_to_the_benchmark_prediction(tmp_path: P
     assert (run / "traffic" / "batches" / "batch-000000.parquet").exists()
     section = read_section(run)
     assert section is not None and "traffic_vs_benchmark" in section.tables
+
+
+def test_idle_hours_count_in_the_span_of_the_day() -> None:
+    frame = _requests([{"timestamp_s": 0.0, "duration_s": 1800.0, "output_tokens": 16},
+                       {"timestamp_s": 5 * 3600.0, "duration_s": 1800.0, "output_tokens": 16}])
+    day = predict_day(frame, given_cost_model(COST), load_time_s=3600.0, bin_s=1800.0)
+    assert day.span_hours == 5.5 and day.profile["bin"].tolist() == [0, 10]
+    assert day.per_option.iloc[0]["day_mean_concurrency"] == pytest.approx(2 * 0.5 / 5.5)
