@@ -337,3 +337,24 @@ def test_idle_hours_count_in_the_span_of_the_day() -> None:
     day = predict_day(frame, given_cost_model(COST), load_time_s=3600.0, bin_s=1800.0)
     assert day.span_hours == 5.5 and day.profile["bin"].tolist() == [0, 10]
     assert day.per_option.iloc[0]["day_mean_concurrency"] == pytest.approx(2 * 0.5 / 5.5)
+
+
+def test_cli_takes_the_cost_model_and_restart_time_of_a_baseline_run(tmp_path: Path, model_folder: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    baseline = tmp_path / "baseline"
+    shutil.copytree(Path(__file__).parents[1] / "data" / "predict" / "f32-baseline", baseline)
+    (baseline / "cost_model.json").write_text(json.dumps({"source": "baseline_slope"}))
+    manifest = json.loads((baseline / "manifest.json").read_text())
+    manifest.setdefault("server", {})["load_time_s"] = 90.0
+    (baseline / "manifest.json").write_text(json.dumps(manifest))
+    log = write_log(tmp_path / "ids.jsonl", 100, seed=2, ids=True)
+    run_dir = tmp_path / "replay"
+    assert main(["replay-logs", "--log", str(log), "--model", str(model_folder), "--single-process", "--quiet",
+                 "--baseline-run", str(baseline), "--ngram-k", "3", "--resume", str(run_dir)]) == 0
+    day = pd.read_parquet(run_dir / "traffic_day.parquet")
+    assert day["restart_downtime_h"].tolist() == [pytest.approx(90.0 / 3600)]
+    assert main(["replay-logs", "--log", str(log), "--single-process", "--baseline-run", str(baseline),
+                 "--cost-model", "x.yaml"]) == 1
+    assert "not both" in capsys.readouterr().err
