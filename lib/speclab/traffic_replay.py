@@ -283,6 +283,10 @@ def _total_rows(log: Path) -> int | None:
 def _start_ray(workers: int | None, address: str | None) -> Any:
     """Join ``address`` or start a local Ray with ``workers`` CPUs, bound to 127.0.0.1."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not address:
+        # Ray turns "127.0.0.1" into the machine's reachable address unless cluster mode is
+        # off (ray/_private/services.py get_node_ip_address): off, it stays on loopback.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():
