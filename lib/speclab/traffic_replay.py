@@ -151,8 +151,8 @@ def replay_batch(batch: LogBatch, tokenizer_state: Any, options: Sequence[Replay
         tokens = ChatTokenizer.from_state(tokenizer_state).tokenize(records)
         prompts, outputs = tokens.prompts, tokens.outputs
     else:
-        prompts = [list(r.prompt_token_ids or []) for r in records]
-        outputs = [list(r.output_token_ids or []) for r in records]
+        prompts = [r.prompt_token_ids for r in records]
+        outputs = [r.output_token_ids for r in records]
     tokenized = time.perf_counter()
     ids = pd.DataFrame({
         "request_id": [r.request_id for r in records], "row": np.arange(len(records)) + batch.first_row,

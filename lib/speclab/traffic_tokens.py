@@ -32,8 +32,8 @@ __all__ = ["ChatTokenizer", "TokenizedBatch", "check_against_server"]
 class TokenizedBatch:
     """Token ids of a batch's records, in record order."""
 
-    prompts: list[list[int]]
-    outputs: list[list[int]]
+    prompts: list[Any]  # per record: a list or an int64 array of ids
+    outputs: list[Any]
 
 
 def _token_text(value: Any) -> str | None:
@@ -127,13 +127,13 @@ class ChatTokenizer:
         outputs = []
         for i, r in enumerate(records):
             if r.output_token_ids is not None:
-                outputs.append(list(r.output_token_ids))
+                outputs.append(r.output_token_ids)
                 continue
             ids = out_encoded[i]
             if r.finish_reason == "stop" and self.eos_id is not None:
                 ids = ids + [self.eos_id]
             outputs.append(ids)
-        return TokenizedBatch([list(p) for p in prompts], outputs)  # type: ignore[arg-type]
+        return TokenizedBatch(prompts, outputs)
 
 
 def check_against_server(tokenizer: ChatTokenizer, records: Sequence[LogRecord], base_url: str,

@@ -100,11 +100,12 @@ def test_readers_take_chat_openai_and_sharegpt_and_count_bad_rows(tmp_path: Path
         b"{not json",
         {"messages": [{"role": "user", "content": "no completion"}]},
         {"prompt_token_ids": [1, 2], "output_token_ids": [3, "x"]},
+        {"prompt_token_ids": [1, 2], "output_token_ids": [3, 4.5]},
         {"id": "g", "prompt": "text prompt", "output_token_ids": [5, 6], "timestamp": 100, "end_timestamp": 99},
     ]
     log = _write_jsonl(tmp_path / "log.jsonl", rows)
     batches = list(iter_log_batches(log, batch_size=4))
-    assert [b.rows for b in batches] == [4, 3]
+    assert [b.rows for b in batches] == [4, 4]
     assert [b.first_row for b in batches] == [0, 4]
     records = [r for b in batches for r in b.records]
     assert [r.request_id for r in records] == ["a", "cmpl-1", "c#0", "c#1"]
@@ -115,9 +116,9 @@ def test_readers_take_chat_openai_and_sharegpt_and_count_bad_rows(tmp_path: Path
     assert [m["content"] for m in second.messages] == ["s", "u1", "a1", "u2"] and second.completion == "a2"
     assert first.completion == "a1" and len(first.messages) == 2
     bad = [b for batch in batches for b in batch.bad]
-    assert [b.row for b in bad] == [3, 4, 5, 6]
+    assert [b.row for b in bad] == [3, 4, 5, 6, 7]
     assert "not JSON" in bad[0].reason and "completion" in bad[1].reason
-    assert "integers" in bad[2].reason and "duration" in bad[3].reason
+    assert "integers" in bad[2].reason and "integers" in bad[3].reason and "duration" in bad[4].reason
 
 
 def test_parquet_and_gzip_logs_stream_the_same_records(tmp_path: Path) -> None:
@@ -174,7 +175,7 @@ def test_tokenizer_renders_the_chat_template_and_appends_eos(model_folder: Path)
     assert batch.prompts[0] == tok.encode_texts([tok.render(messages)])[0]
     assert batch.prompts[0][0] == tok.tokenizer.token_to_id("<|im_start|>")
     assert batch.outputs[0] == batch.outputs[1] + [tok.eos_id]
-    assert batch.prompts[2] == [7, 8] and batch.outputs[2] == [9]
+    assert list(batch.prompts[2]) == [7, 8] and list(batch.outputs[2]) == [9]
     assert ChatTokenizer.from_state(tok.state()).tokenize(records).prompts == batch.prompts
 
 
