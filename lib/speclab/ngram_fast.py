@@ -69,7 +69,7 @@ def _kmp_start(ctx: np.ndarray, total: int, min_n: int, max_n: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _slot_of(key: np.uint64, mask: int) -> int:
+def _slot_of(key: np.uint64, mask: int) -> np.int64:
     # splitmix64 finaliser: spreads the polynomial hash over the table
     z = key
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

@@ -226,7 +226,7 @@ def _sharegpt(row: dict[str, Any], request_id: str) -> list[LogRecord]:
     roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
              "chatgpt": "assistant", "system": "system", "bing": "assistant", "bard": "assistant"}
     history: list[dict[str, str]] = []
-    records = []
+    records: list[LogRecord] = []
     for turn in turns:
         if not isinstance(turn, dict) or turn.get("from") not in roles:
             raise _Bad("every turn needs 'from' (human, gpt or system) and 'value'")
@@ -278,7 +278,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[Any, str | None]]:
     """(parsed row, None) or (raw line, parse error) per line; blank lines count as bad rows."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as raw:
-        for line in io.BufferedReader(raw):  # type: ignore[arg-type]
+        for line in io.BufferedReader(raw):
             text = line.strip()
             try:
                 yield orjson.loads(text), None

@@ -252,9 +252,13 @@ def read_log_replay(run_dir: str | Path, examples: int = 5) -> LogReplay:
     parquets = sorted((run_dir / BATCH_DIR).glob("batch-*.parquet"))
     if not parquets:
         raise SpeclabError(f"{run_dir} holds no replayed batches; run speclab replay-logs into it first.")
-    frames, rows, bad, shown, impl = [], 0, 0, [], {}
-    stats = {"records": 0, "prompt_tokens": 0, "output_tokens": 0, "positions": 0, "tokenize_s": 0.0,
-             "replay_s": {}, "hash_fallback_steps": 0, "batches": len(parquets)}
+    frames: list[pd.DataFrame] = []
+    shown: list[dict[str, Any]] = []
+    impl: dict[str, str] = {}
+    replay_s: dict[str, float] = {}
+    rows = bad = 0
+    stats: dict[str, Any] = {"records": 0, "prompt_tokens": 0, "output_tokens": 0, "positions": 0, "tokenize_s": 0.0,
+             "replay_s": replay_s, "hash_fallback_steps": 0, "batches": len(parquets)}
     for parquet in parquets:
         frames.append(pd.read_parquet(parquet))
         meta = json.loads(parquet.with_suffix(".json").read_text())
@@ -265,7 +269,7 @@ def read_log_replay(run_dir: str | Path, examples: int = 5) -> LogReplay:
             stats[key] += meta["stats"][key]
         stats["tokenize_s"] += meta["stats"]["tokenize_s"]
         for label, s in meta["stats"]["replay_s"].items():
-            stats["replay_s"][label] = stats["replay_s"].get(label, 0.0) + s
+            replay_s[label] = replay_s.get(label, 0.0) + s
         impl.update(meta["stats"]["implementation"])
     stats["implementation"] = impl
     requests = pd.concat(frames, ignore_index=True)

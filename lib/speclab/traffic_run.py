@@ -1,5 +1,8 @@
 """Workbook layer of the traffic replay: one call for ``speclab replay-logs`` and 01-baseline.
 
+It also checks the local tokenisation against a live server's ``/tokenize``
+(:func:`check_against_server`), which the analysis modules may not talk to.
+
 Loads the served model's tokenizer (the embedded model by default), replays the log
 (:func:`speclab.traffic_replay.replay_log`), predicts the day with a step-time model when one
 is given (:func:`speclab.traffic.predict_day`), writes the tables next to the batches and a
@@ -9,6 +12,7 @@ report section (``kind="traffic-replay"``) for 05-report.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +22,11 @@ import pandas as pd
 from speclab.errors import SpeclabError
 from speclab.sections import write_section
 from speclab.traffic import TrafficDay, acceptance_by, predict_day, traffic_vs_benchmark
-from speclab.traffic_logs import LogFormat, iter_log_batches
+from speclab.traffic_logs import LogFormat, LogRecord, iter_log_batches
 from speclab.traffic_replay import LogReplay, ReplayOption, replay_log
-from speclab.traffic_tokens import ChatTokenizer, check_against_server
+from speclab.traffic_tokens import ChatTokenizer
 
-__all__ = ["TrafficReport", "replay_traffic"]
+__all__ = ["TrafficReport", "check_against_server", "replay_traffic", "traffic_for_baseline"]
 
 SECTION_KIND = "traffic-replay"
 _GROUPS = ("category", "tenant", "output_length_bucket")
@@ -104,7 +108,7 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
             raise SpeclabError(f"{len(bad)} of {len(check)} sampled prompts tokenise differently from the server's "
                                f"/tokenize (first: {bad[0]['request_id']}); pass the served model's folder.")
     if suffix_python is None and any(o.method == "suffix" for o in options):
-        from speclab.embedded import server_python
+        from speclab.paths import server_python
 
         suffix_python = str(server_python())
     replay = replay_log(log, run_dir, options, tokenizer=tokenizer, batch_size=batch_size, fmt=fmt,
@@ -196,3 +200,36 @@ def _write_section(report: TrafficReport, run_dir: Path, log_name: str, title: s
 
     for fig in figures.values():
         plt.close(fig)
+
+
+def check_against_server(tokenizer: ChatTokenizer, records: Sequence[LogRecord], base_url: str,
+                         model: str | None = None, sample: int = 8, timeout_s: float = 10.0,
+                         transport: Any = None) -> list[dict[str, Any]]:
+    """Compare the local prompt ids with the server's ``POST /tokenize`` for up to ``sample``
+    chat records; one row per record (``match`` True when identical).
+
+    ``base_url`` is the server root (``http://host:8000``; a trailing ``/v1`` is dropped:
+    vLLM serves ``/tokenize`` at the root).
+    """
+    import httpx
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    chosen = [r for r in records if r.messages is not None and r.prompt_token_ids is None][:sample]
+    local = tokenizer.tokenize(chosen).prompts if chosen else []
+    rows = []
+    with httpx.Client(base_url=root, timeout=timeout_s, transport=transport) as client:
+        for record, ids in zip(chosen, local, strict=True):
+            body: dict[str, Any] = {"messages": record.messages, "add_generation_prompt": True}
+            if model:
+                body["model"] = model
+            try:
+                response = client.post("/tokenize", json=body)
+                response.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise SpeclabError(f"The server at {root} did not tokenize ({exc}); check --server or leave it out.") from None
+            served = response.json().get("tokens") or []
+            first = next((i for i, (a, b) in enumerate(zip(ids, served, strict=False)) if a != b), min(len(ids), len(served)))
+            rows.append({"request_id": record.request_id, "local_tokens": len(ids), "server_tokens": len(served),
+                         "match": list(ids) == list(served),
+                         "first_difference": None if list(ids) == list(served) else first})
+    return rows

@@ -9,8 +9,8 @@ in batches (Rust, no Transformers or torch needed). A completion is encoded the 
 ``finish_reason == "stop"`` adds the EOS token the model emitted.
 
 Re-encoding logged text is not always the token sequence the model sampled (a tokenizer
-can spell one string several ways); :func:`check_against_server` compares prompts with the
-server's own ``/tokenize`` on a sample, and ``output_token_ids`` in the log, when present,
+can spell one string several ways); :func:`speclab.traffic_run.check_against_server`
+compares prompts with the server's own ``/tokenize`` on a sample, and ``output_token_ids`` in the log, when present,
 are used as they are.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 from speclab.errors import SpeclabError
 from speclab.traffic_logs import LogRecord
 
-__all__ = ["ChatTokenizer", "TokenizedBatch", "check_against_server"]
+__all__ = ["ChatTokenizer", "TokenizedBatch"]
 
 
 @dataclass
@@ -118,13 +118,13 @@ class ChatTokenizer:
     def tokenize(self, records: Sequence[LogRecord]) -> TokenizedBatch:
         """Prompt and output ids for every record (ids in the log are kept as they are)."""
         prompt_texts = self.prompt_texts(records)
-        todo = [i for i, t in enumerate(prompt_texts) if t is not None]
-        encoded = dict(zip(todo, self.encode_texts([prompt_texts[i] for i in todo]), strict=True))
+        todo = [(i, t) for i, t in enumerate(prompt_texts) if t is not None]
+        encoded = dict(zip([i for i, _ in todo], self.encode_texts([t for _, t in todo]), strict=True))
         prompts = [records[i].prompt_token_ids if i not in encoded else encoded[i] for i in range(len(records))]
         out_todo = [i for i, r in enumerate(records) if r.output_token_ids is None]
         out_encoded = dict(zip(out_todo, self.encode_texts([records[i].completion or "" for i in out_todo]),
                                strict=True))
-        outputs = []
+        outputs: list[Any] = []
         for i, r in enumerate(records):
             if r.output_token_ids is not None:
                 outputs.append(r.output_token_ids)
@@ -134,36 +134,3 @@ class ChatTokenizer:
                 ids = ids + [self.eos_id]
             outputs.append(ids)
         return TokenizedBatch(prompts, outputs)
-
-
-def check_against_server(tokenizer: ChatTokenizer, records: Sequence[LogRecord], base_url: str,
-                         model: str | None = None, sample: int = 8, timeout_s: float = 10.0,
-                         transport: Any = None) -> list[dict[str, Any]]:
-    """Compare the local prompt ids with the server's ``POST /tokenize`` for up to ``sample``
-    chat records; one row per record (``match`` True when identical).
-
-    ``base_url`` is the server root (``http://host:8000``; a trailing ``/v1`` is dropped:
-    vLLM serves ``/tokenize`` at the root).
-    """
-    import httpx
-
-    root = base_url.rstrip("/").removesuffix("/v1")
-    chosen = [r for r in records if r.messages is not None and r.prompt_token_ids is None][:sample]
-    local = tokenizer.tokenize(chosen).prompts if chosen else []
-    rows = []
-    with httpx.Client(base_url=root, timeout=timeout_s, transport=transport) as client:
-        for record, ids in zip(chosen, local, strict=True):
-            body: dict[str, Any] = {"messages": record.messages, "add_generation_prompt": True}
-            if model:
-                body["model"] = model
-            try:
-                response = client.post("/tokenize", json=body)
-                response.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise SpeclabError(f"The server at {root} did not tokenize ({exc}); check --server or leave it out.") from None
-            served = response.json().get("tokens") or []
-            first = next((i for i, (a, b) in enumerate(zip(ids, served, strict=False)) if a != b), min(len(ids), len(served)))
-            rows.append({"request_id": record.request_id, "local_tokens": len(ids), "server_tokens": len(served),
-                         "match": list(ids) == list(served),
-                         "first_difference": None if list(ids) == list(served) else first})
-    return rows

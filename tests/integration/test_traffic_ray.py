@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from speclab.embedded import server_python
+from speclab.paths import server_python
 from speclab.traffic_gen import write_log
 from speclab.traffic_replay import iter_options, read_log_replay, replay_log
 from speclab.traffic_tokens import ChatTokenizer

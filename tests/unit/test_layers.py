@@ -17,13 +17,16 @@ LAYERS: dict[str, set[str]] = {
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
                    "runfolder", "sections", "sweep", "auth", "outcome"},
     "analysis": {"replay", "costmodel", "predict", "compare", "profiling", "profiling.trace",
-                 "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta"},
+                 "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
+                 "ngram_fast", "traffic_logs", "traffic_gen", "traffic_tokens", "traffic_replay", "traffic",
+                 "traffic_plots"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
                     "loadgen", "identity", "profiling.capture", "hostload"},
     "server": {"server", "embedded", "target"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "cli",
-                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__"},
+                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__",
+                 "cli.traffic", "traffic_run"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},

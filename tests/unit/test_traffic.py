@@ -24,7 +24,8 @@ from speclab.traffic import acceptance_by, concurrency_profile, given_cost_model
 from speclab.traffic_gen import generate_rows, write_log
 from speclab.traffic_logs import iter_log_batches, normalise_row
 from speclab.traffic_replay import ReplayOption, iter_options, read_log_replay, replay_log
-from speclab.traffic_tokens import ChatTokenizer, check_against_server
+from speclab.traffic_run import check_against_server
+from speclab.traffic_tokens import ChatTokenizer
 from tests.fakes.tiny_tokenizer import write_tiny_model
 
 COST = {"baseline": [{"batch": 1, "step_ms": 20}, {"batch": 8, "step_ms": 24}, {"batch": 32, "step_ms": 40}],
