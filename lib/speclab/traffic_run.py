@@ -49,8 +49,11 @@ class TrafficReport:
         busy = sum(s["replay_s"].values())
         return {"requests": s["records"], "output_positions": s["positions"],
                 "logged_tokens": s["prompt_tokens"] + s["output_tokens"], "engine": s.get("engine"),
-                "workers": s.get("workers"), "wall_s": s.get("wall_s"), "tokenize_s": s["tokenize_s"],
+                # "encode_s", not "tokenize_s": the manifest redacts keys that contain "token"
+                "workers": s.get("workers"), "wall_s": s.get("wall_s"), "encode_s": s["tokenize_s"],
                 "replay_s_by_option": s["replay_s"],
+                "positions_per_core_s_by_option": {label: s["positions"] / sec for label, sec in s["replay_s"].items()
+                                                   if sec},
                 "positions_per_s_per_option_core": (s["positions"] * len(s["replay_s"]) / busy) if busy else None}
 
 
@@ -193,7 +196,7 @@ def _write_section(report: TrafficReport, run_dir: Path, log_name: str, title: s
         figures["day_profile"] = day_profile(report.day.per_bin)
     if report.comparison is not None:
         tables["traffic_vs_benchmark"] = report.comparison
-    tables["replay_throughput"] = pd.DataFrame([{k: v for k, v in speed.items() if k != "replay_s_by_option"}])
+    tables["replay_throughput"] = pd.DataFrame([{k: v for k, v in speed.items() if not k.endswith("by_option")}])
     write_section(run_dir, kind=SECTION_KIND, title=title or f"Your traffic, predicted ({log_name})",
                   summary=summary, tables=tables, figures=figures, notes=report.notes)
     import matplotlib.pyplot as plt
