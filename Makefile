@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile bench-traffic train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +67,9 @@ bench-predictor: setup ## predicted vs measured speedup (with intervals, two rou
 
 bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core
 	@$(BIN)/python benchmarks/profile_parse.py --size-gb 1.0 --gzip
+
+bench-traffic: venv ## n-gram replay positions/s per core: one process vs Ray 1 and 2 workers; 1e9-token projection
+	@$(BIN)/python -u benchmarks/traffic_replay.py
 
 clean-outputs: ## delete every run under outputs/ (asks first)
 	@read -p "Delete all runs under outputs/? [y/N] " ok && [ "$$ok" = y ] && find outputs -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + || true

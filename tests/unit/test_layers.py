@@ -18,14 +18,15 @@ LAYERS: dict[str, set[str]] = {
                    "runfolder", "sections", "sweep", "auth", "outcome", "drafter_corpus"},
     "analysis": {"replay", "costmodel", "predict", "compare", "findings", "profiling", "profiling.trace",
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
-                 "drafter", "trainplan", "moe", "moe_traces", "moe_plots"},
+                 "drafter", "trainplan", "moe", "moe_traces", "moe_plots", "ngram_fast", "traffic_logs", "traffic_gen", "traffic_tokens",
+                 "traffic_replay", "traffic", "traffic_plots"},
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
                     "loadgen", "identity", "profiling.capture", "hostload", "moe_bench"},
     "server": {"server", "embedded", "target", "drafter_train"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "tables", "formatting",
                  "kernels", "cli", "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3",
-                 "moe_workbook"},
+                 "moe_workbook", "cli.traffic", "traffic_run"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from speclab.cli import bench, server, workbook
+from speclab.cli import bench, server, traffic, workbook
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.urls import strip_credentials_in_text
 
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    for module in (server, bench, workbook):
+    for module in (server, bench, workbook, traffic):
         module.register(sub)
     return parser
 
