@@ -44,6 +44,10 @@ class ReportBundle:
         return [self.baseline, *self.options]
 
 
+# Options the baseline's replay can predict (the model-free proposers).
+REPLAYABLE_METHODS = ("ngram", "suffix")
+
+
 def _option_runs_for(baseline: Path, outputs_root: str | None) -> list[Path]:
     """The latest finished option run (02-ngram, 03-eagle3-drafter) per method that repeated this baseline."""
     latest: dict[str, Path] = {}
@@ -162,6 +166,8 @@ def _predicted_before(bundle: ReportBundle, option: RunData) -> tuple[pd.DataFra
     """Per concurrency: what the baseline predicted for this option (before any restart),
     and the predicted-vs-measured decode error; with a note on where the numbers come from."""
     empty = pd.DataFrame(columns=["concurrency"])
+    if option.arm not in REPLAYABLE_METHODS:
+        return empty, f"{option.arm}: predicted offline by its own notebook (see its section), not by the baseline"
     try:
         pvm = tables.predicted_vs_measured(bundle.baseline, option)
     except (SpeclabError, KeyError, ValueError) as exc:
@@ -380,8 +386,10 @@ def launch_commands(bundle: ReportBundle) -> pd.DataFrame:
 
 def predictions(bundle: ReportBundle) -> pd.DataFrame:
     """Predicted (from the baseline alone) vs measured decode speedup per option and concurrency."""
+    # The baseline predicts the model-free proposers only; a drafter's prediction (03) is made
+    # offline from its own head and shown in its section.
     frames = [tables.predicted_vs_measured(bundle.baseline, option).assign(option=option.label)
-              for option in bundle.options]
+              for option in bundle.options if option.arm in REPLAYABLE_METHODS]
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame()
