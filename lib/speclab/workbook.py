@@ -13,7 +13,7 @@ from speclab.errors import SpeclabError
 from speclab.identity import ServerIdentity
 from speclab.loadgen import SweepResult, check_before_sweep, measure_sweep
 from speclab.options import SpecOption, default_option
-from speclab.params import BaselineParams, ProfileNotebookParams, SpecParams, _NotebookParams
+from speclab.params import BaselineParams, Eagle3Params, ProfileNotebookParams, SpecParams, _NotebookParams
 from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
 from speclab.profiling.capture import CaptureResult, capture_profile
 from speclab.runfolder import Plan, RunData, latest_run, load_run
@@ -68,8 +68,9 @@ def resolve_baseline(baseline_run: str | None, outputs_root: str | None) -> Path
     return latest_run("01-baseline", outputs_root)
 
 
-def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> OptionOutcome:
-    """Rerun exactly the baseline's prompts and sweep with the option on."""
+def repeat_baseline(params: SpecParams | Eagle3Params, run: Run, option: SpecOption, method: str, *,
+                    progress: bool = True) -> OptionOutcome:
+    """Rerun exactly a baseline's prompts and sweep with ``option`` on (02-ngram, 03-eagle3-drafter)."""
     baseline_dir = resolve_baseline(params.baseline_run, params.outputs_root)
     baseline_params = BaselineParams.validate_values(
         {k: v for k, v in (load_run(baseline_dir).manifest.get("params") or {}).items()
@@ -77,14 +78,17 @@ def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> O
     plan = Plan.load(baseline_dir)
     config = baseline_params.sweep_only().model_copy(update={"api_key_env": params.api_key_env})
     dtype = params.dtype if params.dtype else baseline_params.dtype
-    option = params.option()
     target = params.model_copy(update={"dtype": dtype}).target(option)
-    run.update(baseline_run=str(baseline_dir), method=params.method, option=option.model_dump(mode="json"))
+    run.update(baseline_run=str(baseline_dir), method=method, option=option.model_dump(mode="json"))
     check_before_sweep(config, plan)
     with serve_target(target, run) as live:
-        result = measure_sweep(live.endpoint, live.model, config, run, plan=plan,
-                               arm=params.method, progress=progress)
+        result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm=method, progress=progress)
         return OptionOutcome(result, live.identity, baseline_dir)
+
+
+def run_speculative(params: SpecParams, run: Run, *, progress: bool = True) -> OptionOutcome:
+    """Rerun exactly the baseline's prompts and sweep with n-gram or suffix on."""
+    return repeat_baseline(params, run, params.option(), params.method, progress=progress)
 
 
 def levels_table(run: RunData) -> pd.DataFrame:

@@ -11,11 +11,9 @@ import pandas as pd
 
 from speclab.drafter import DrafterMatch, require_drafter_match
 from speclab.errors import SpeclabError
-from speclab.loadgen import measure_sweep
-from speclab.params import BaselineParams, Eagle3Params
-from speclab.runfolder import Plan, RunData, load_run
+from speclab.params import Eagle3Params
+from speclab.runfolder import RunData
 from speclab.runs import Run
-from speclab.target import serve_target
 from speclab.trainplan import (
     DataPlan,
     StepTime,
@@ -26,7 +24,7 @@ from speclab.trainplan import (
     step_time_from_record,
     write_plan,
 )
-from speclab.workbook import OptionOutcome, resolve_baseline
+from speclab.workbook import OptionOutcome, repeat_baseline
 
 
 def _read_json(path: str | Path, what: str) -> dict[str, Any]:
@@ -95,19 +93,7 @@ def launch_flags(params: Eagle3Params, drafter: str) -> str:
 
 def run_eagle3(params: Eagle3Params, run: Run, drafter: str, *, progress: bool = True) -> OptionOutcome:
     """Rerun exactly the baseline's prompts and sweep with the EAGLE-3 drafter on."""
-    baseline_dir = resolve_baseline(params.baseline_run, params.outputs_root)
-    baseline_params = BaselineParams.validate_values(
-        {k: v for k, v in (load_run(baseline_dir).manifest.get("params") or {}).items()
-         if k in BaselineParams.model_fields})
-    plan = Plan.load(baseline_dir)
-    config = baseline_params.sweep_only().model_copy(update={"api_key_env": params.api_key_env})
-    dtype = params.dtype if params.dtype else baseline_params.dtype
-    option = params.option(drafter)
-    target = params.model_copy(update={"dtype": dtype}).target(option)
-    run.update(baseline_run=str(baseline_dir), method="eagle3", option=option.model_dump(mode="json"))
-    with serve_target(target, run) as live:
-        result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="eagle3", progress=progress)
-        return OptionOutcome(result, live.identity, baseline_dir)
+    return repeat_baseline(params, run, params.option(drafter), "eagle3", progress=progress)
 
 
 def baseline_token_rows(baseline: RunData, out_path: Path) -> Path:
