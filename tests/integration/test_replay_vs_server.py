@@ -70,8 +70,15 @@ def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
     model = calibration.model
     print(model.describe())
     print(calibration.points.to_string())
-    assert len(calibration.points) == 8
-    assert model.verify.per_token_s > 0
+    points = calibration.points
+    assert len(points) == 8
+    # The per-token verify cost is host-dependent: on a fast host it is well
+    # above the noise, but on a slower 2-core CI host (50 ms steps) 1-3 extra tokens cost less
+    # than the run-to-run jitter and the non-negative fit rightly lands on 0. What must hold
+    # everywhere: the fit is non-negative and explains the points to within the jitter.
+    assert model.verify.per_token_s >= 0 and model.verify.overhead_s >= 0
+    rms_residual_s = float((points["residual_ms"] ** 2).mean() ** 0.5) / 1000
+    assert rms_residual_s < 0.15 * model.baseline_step_s(1), "the fit misses the measured step times"
     # a verified token costs at most a few baseline steps' worth on this CPU
     assert model.verify.per_token_s < 2 * model.baseline_step_s(1)
     # in-sample, the model reproduces the measured per-level speedups closely
