@@ -37,13 +37,16 @@ from pathlib import Path
 import pandas as pd
 
 from speclab.calibration import plan_per_category
+from speclab.costmodel import CalibratedStepTime
 from speclab.embedded import embedded_option
 from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
+from speclab.options import SpecOption
 from speclab.predict import (
     calibrate_from_runs,
     compare_predicted_measured,
     compare_replay_with_server,
     predict_from_baseline,
+    spec_level_points,
 )
 from speclab.prompts import load_builtin
 from speclab.runs import Run
@@ -69,6 +72,122 @@ def sweep(live, config: SweepConfig, plan, parent: Path, name: str, arm: str, pa
     return run.path
 
 
+def decompose(test_base: Path, spec_run: Path, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Split each level's 'all'-row error into its two factors.
+
+    predicted / measured speedup = (replayed tokens per step / server tokens per step)
+    x (measured speculative step time / predicted speculative step time): the first factor
+    is the acceptance replay's error, the second the step-time model's (both arms' baseline
+    step time is the same measurement, so it cancels).
+    """
+    points = spec_level_points(test_base, spec_run).set_index("concurrency")
+    rows = []
+    for row in predicted[predicted["category"] == "all"].to_dict("records"):
+        c = int(row["concurrency"])
+        if c not in points.index:
+            continue
+        measured = points.loc[c]
+        acceptance = row["tokens_per_step"] / measured["tokens_per_step"]
+        step = measured["step_s"] / (row["spec_step_ms"] / 1e3)
+        rows.append({
+            "concurrency": c, "batch": measured["batch"], "baseline_batch": measured["baseline_batch"],
+            "replayed_tokens_per_step": row["tokens_per_step"], "server_tokens_per_step": measured["tokens_per_step"],
+            "predicted_verified_per_seq": row["verified_tokens_per_seq"],
+            "server_verified_per_seq": measured["verified_tokens_per_seq"],
+            "baseline_step_ms": measured["baseline_step_s"] * 1e3,
+            "predicted_spec_step_ms": row["spec_step_ms"], "measured_spec_step_ms": measured["step_s"] * 1e3,
+            "acceptance_factor": acceptance, "step_factor": step, "error_pct": (acceptance * step - 1) * 100,
+        })
+    return pd.DataFrame(rows)
+
+
+def analyse(out: Path, options: list[SpecOption], rounds: int, model: CalibratedStepTime | None = None) -> None:
+    """Print and write every comparison from a benchmark folder (rerunnable: ``--analyse``)."""
+    if model is None:
+        model = calibrate_from_runs(out / "calibration-baseline", out / "calibration-ngram")
+        print("verify cost:", model.describe())
+    test_base = out / "test-baseline"
+    spec_runs = {path.name.removeprefix("test-"): path for path in out.glob("test-*") if path.is_dir()}
+    pd.set_option("display.width", 200)
+    tables = []
+    for option in options:
+        table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
+        tables.append(table)
+        counters = compare_replay_with_server(test_base, spec_runs[option.method], option=option)
+        print(f"\n== {option.label}: replayed vs server counters (test prompts)")
+        print(counters[["level", "concurrency", "outputs_identical", "replay_drafts", "server_drafts",
+                        "replay_draft_tokens", "server_draft_tokens", "replay_accepted", "server_accepted",
+                        "replay_acceptance_rate", "server_acceptance_rate"]].round(3).to_string(index=False))
+        print(f"\n== {option.label}: predicted vs measured decode speedup (test prompts, out-of-sample)")
+        # recomputed (deterministic), so that --analyse reflects the current model; the
+        # predicted-*.csv files hold what was predicted before the measurement
+        predicted = predict_from_baseline(test_base, option, model, batch_mix="level")
+        parts = [decompose(test_base, spec_runs[option.method], predicted).assign(round=1)]
+        if rounds == 2:
+            parts.append(decompose(out / "test-baseline-r2", spec_runs[f"{option.method}-r2"], predicted).assign(round=2))
+        factors = pd.concat(parts, ignore_index=True)
+        factors.to_csv(out / f"error-factors-{option.method}.csv", index=False)
+        print(f"\n== {option.label}: the 'all' rows' error split into acceptance x step time (per round)")
+        print(factors.round(3).to_string(index=False))
+        print(table[["category", "concurrency", "predicted_acceptance_rate", "measured_acceptance_rate",
+                     "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high", "measured_speedup",
+                     "within_interval", "error_pct"]].round(3).to_string(index=False))
+    result = pd.concat(tables, ignore_index=True)
+    if rounds == 2:
+        for option in options:
+            again = compare_predicted_measured(out / "test-baseline-r2", spec_runs[f"{option.method}-r2"], cost_model=model,
+                                               option=option)[["category", "concurrency", "measured_speedup"]]
+            mask = result["option"] == option.label
+            merged = result[mask].drop(columns=["measured_speedup_r2"], errors="ignore").merge(again.rename(columns={"measured_speedup": "measured_speedup_r2"}),
+                                        on=["category", "concurrency"], how="left")
+            result.loc[mask, "measured_speedup_r2"] = merged["measured_speedup_r2"].to_numpy()
+        result["round_spread_pct"] = (result["measured_speedup_r2"] / result["measured_speedup"] - 1.0) * 100.0
+        # the model's error against the two rounds' geometric mean: less of it is run-to-run noise
+        both = (result["measured_speedup"] * result["measured_speedup_r2"]) ** 0.5
+        result["error_vs_rounds_pct"] = (result["predicted_speedup"] / both - 1.0) * 100.0
+        result["within_interval_r2"] = ((result["measured_speedup_r2"] >= result["predicted_speedup_low"])
+                                        & (result["measured_speedup_r2"] <= result["predicted_speedup_high"]))
+    result.to_csv(out / "predicted-vs-measured.csv", index=False)
+    from speclab.compare import host_load_by_arm, load_contamination
+    from speclab.runfolder import load_run
+
+    arms = {path.name: load_run(path).levels for path in sorted(out.iterdir())
+            if path.is_dir() and (path / "summary.json").exists()}
+    print("\n== host load per arm (cores used by other processes; steal)")
+    print(host_load_by_arm(arms).round(2).to_string(index=False))
+    print(load_contamination(arms) or "load steady across arms")
+    errors = result["error_pct"].abs()
+    cells = result[result["category"] != "all"]
+    print("\n== summary")
+    for option, group in result.groupby("option"):
+        err = group["error_pct"].abs()
+        cat = group[group["category"] != "all"]["error_pct"].abs()
+        every = group[group["category"] == "all"]
+        print(f"{option}: |error| median {err.median():.1f} %, max {err.max():.1f} %; "
+              f"category cells within 10 %: {(cat <= 10).sum()}/{len(cat)}; "
+              f"'all' rows (c={','.join(str(c) for c in every['concurrency'])}): "
+              f"{', '.join(f'{e:+.1f} %' for e in every['error_pct'])}; "
+              f"interval coverage {group['within_interval'].mean():.0%}")
+        if "round_spread_pct" in group:
+            spread = group["round_spread_pct"].abs()
+            print(f"  run-to-run spread of the measured speedup (round 2 vs 1): median {spread.median():.1f} %, "
+                  f"max {spread.max():.1f} %; 'all' rows: "
+                  f"{', '.join(f'{e:+.1f} %' for e in every['round_spread_pct'])}")
+            versus = group[group["category"] != "all"]
+            low_c = versus[versus["concurrency"] <= 8]["error_vs_rounds_pct"].abs()
+            print(f"  against the two rounds' mean: 'all' rows {', '.join(f'{e:+.1f} %' for e in every['error_vs_rounds_pct'])}; "
+                  f"category cells within 10 %: {(versus['error_vs_rounds_pct'].abs() <= 10).sum()}/{len(versus)} "
+                  f"({(low_c <= 10).sum()}/{len(low_c)} at c <= 8); "
+                  f"interval coverage of round 2 {group['within_interval_r2'].mean():.0%}")
+    low = cells[cells["concurrency"] <= 8]
+    print(f"all options at c <= 8: category cells within 10 %: {(low['error_pct'].abs() <= 10).sum()}/{len(low)}"
+          + (f" (against the two rounds' mean {(low['error_vs_rounds_pct'].abs() <= 10).sum()}/{len(low)})"
+             if "error_vs_rounds_pct" in low else ""))
+    print(f"all options: |error| median {errors.median():.1f} %, within 10 %: "
+          f"{(cells['error_pct'].abs() <= 10).sum()}/{len(cells)} category cells; "
+          f"interval coverage {result['within_interval'].mean():.0%} of {len(result)} cells")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16")
@@ -78,9 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", default="ngram,suffix")
     parser.add_argument("--calibration-prompts", type=int, default=6, help="per category, for calibration")
     parser.add_argument("--test-per-category", type=int, default=2)
+    parser.add_argument("--analyse", type=Path, metavar="DIR",
+                        help="no measurement: print the comparisons of an earlier benchmark folder")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     options = [embedded_option(name) for name in args.options.split(",")]
+    if args.analyse:
+        if not (args.analyse / "calibration-ngram").is_dir():
+            sys.exit(f"{args.analyse} is not a predictor-accuracy folder (no calibration-ngram/); pass one that is.")
+        analyse(args.analyse, options, args.rounds)
+        return 0
     calibration_pool, test_pool = split_prompts(args.calibration_prompts)
     levels = [int(c) for c in args.concurrency.split(",")]
     # Calibrate at the concurrencies predicted: one level per category at the lowest (a
@@ -135,62 +261,10 @@ def main(argv: list[str] | None = None) -> int:
                     spec_runs[f"{option.method}-r2"] = sweep(live, test_config, test_plan, out,
                                                              f"test-{option.method}-r2", option.method, params)
             with serve_target(ServerTarget(dtype=args.dtype), parent) as live:
-                test_base_r2 = sweep(live, test_config, test_plan, out, "test-baseline-r2", "baseline", params)
+                sweep(live, test_config, test_plan, out, "test-baseline-r2", "baseline", params)
             print(f"[{time.perf_counter() - started:.0f} s] round 2 done")
 
-    pd.set_option("display.width", 200)
-    tables = []
-    for option in options:
-        table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
-        tables.append(table)
-        counters = compare_replay_with_server(test_base, spec_runs[option.method], option=option)
-        print(f"\n== {option.label}: replayed vs server counters (test prompts)")
-        print(counters[["level", "concurrency", "outputs_identical", "replay_drafts", "server_drafts",
-                        "replay_draft_tokens", "server_draft_tokens", "replay_accepted", "server_accepted",
-                        "replay_acceptance_rate", "server_acceptance_rate"]].round(3).to_string(index=False))
-        print(f"\n== {option.label}: predicted vs measured decode speedup (test prompts, out-of-sample)")
-        print(table[["category", "concurrency", "predicted_acceptance_rate", "measured_acceptance_rate",
-                     "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high", "measured_speedup",
-                     "within_interval", "error_pct"]].round(3).to_string(index=False))
-    result = pd.concat(tables, ignore_index=True)
-    if args.rounds == 2:
-        for option in options:
-            again = compare_predicted_measured(test_base_r2, spec_runs[f"{option.method}-r2"], cost_model=model,
-                                               option=option)[["category", "concurrency", "measured_speedup"]]
-            mask = result["option"] == option.label
-            merged = result[mask].merge(again.rename(columns={"measured_speedup": "measured_speedup_r2"}),
-                                        on=["category", "concurrency"], how="left")
-            result.loc[mask, "measured_speedup_r2"] = merged["measured_speedup_r2"].to_numpy()
-        result["round_spread_pct"] = (result["measured_speedup_r2"] / result["measured_speedup"] - 1.0) * 100.0
-    result.to_csv(out / "predicted-vs-measured.csv", index=False)
-    from speclab.compare import host_load_by_arm, load_contamination
-    from speclab.runfolder import load_run
-
-    arms = {path.name: load_run(path).levels for path in sorted(out.iterdir())
-            if path.is_dir() and (path / "summary.json").exists()}
-    print("\n== host load per arm (cores used by other processes; steal)")
-    print(host_load_by_arm(arms).round(2).to_string(index=False))
-    print(load_contamination(arms) or "load steady across arms")
-    errors = result["error_pct"].abs()
-    cells = result[result["category"] != "all"]
-    print("\n== summary")
-    for option, group in result.groupby("option"):
-        err = group["error_pct"].abs()
-        cat = group[group["category"] != "all"]["error_pct"].abs()
-        every = group[group["category"] == "all"]
-        print(f"{option}: |error| median {err.median():.1f} %, max {err.max():.1f} %; "
-              f"category cells within 10 %: {(cat <= 10).sum()}/{len(cat)}; "
-              f"'all' rows (c={','.join(str(c) for c in every['concurrency'])}): "
-              f"{', '.join(f'{e:+.1f} %' for e in every['error_pct'])}; "
-              f"interval coverage {group['within_interval'].mean():.0%}")
-        if "round_spread_pct" in group:
-            spread = group["round_spread_pct"].abs()
-            print(f"  run-to-run spread of the measured speedup (round 2 vs 1): median {spread.median():.1f} %, "
-                  f"max {spread.max():.1f} %; 'all' rows: "
-                  f"{', '.join(f'{e:+.1f} %' for e in every['round_spread_pct'])}")
-    print(f"all options: |error| median {errors.median():.1f} %, within 10 %: "
-          f"{(cells['error_pct'].abs() <= 10).sum()}/{len(cells)} category cells; "
-          f"interval coverage {result['within_interval'].mean():.0%} of {len(result)} cells")
+    analyse(out, options, args.rounds, model)
     print(f"took {time.perf_counter() - started:.0f} s; tables in {out}")
     return 0
 
