@@ -203,7 +203,9 @@ def fit_step_time(
     overhead_s + per_token_s * x ** exponent`` (``x`` = extra verified tokens per step =
     ``batch * (verified_tokens_per_seq - 1)``) with non-negative coefficients; the exponent
     is searched in [0.5, 1] (least squares) when ``exponent`` is None and there are four or
-    more points, else it is ``exponent`` (default 1, linear). On this project's CPU the
+    more points, else it is ``exponent`` (default 1, linear). With a ``steps`` column each
+    point is weighted by the square root of its steps (a level's mean step time is that much
+    less noisy). On this project's CPU the
     marginal token gets cheaper as more share a step (exponent ~0.8), visible only when
     the calibration spans the batch sizes predicted: calibrate at those concurrencies.
     Without spec points, the baseline's own slope (seconds per extra sequence-token)
@@ -227,6 +229,9 @@ def fit_step_time(
     points["extra_s"] = points["step_s"] - points["baseline_step_s"]
     x = points["extra_tokens"].to_numpy(float)
     y = points["extra_s"].to_numpy(float)
+    # A level's step time is a mean over its steps: its noise shrinks as 1/sqrt(steps), so a
+    # level of two requests must not pull the fit as hard as one of fourteen.
+    weight = np.sqrt(points["steps"].to_numpy(float)) if "steps" in points else np.ones(len(x))
     if exponent is not None:
         candidates = [float(exponent)]
     elif len(points) >= 4:
@@ -236,7 +241,7 @@ def fit_step_time(
     best: tuple[float, float, float, float] | None = None
     for beta in candidates:
         columns = ([np.ones(len(x))] if fit_overhead else []) + [x**beta]
-        coef, residual = nnls(np.column_stack(columns), y)
+        coef, residual = nnls(np.column_stack(columns) * weight[:, None], y * weight)
         overhead, per_token = (coef[0], coef[1]) if fit_overhead else (0.0, coef[0])
         if best is None or residual < best[0] - 1e-12:
             best = (residual, beta, float(overhead), float(per_token))

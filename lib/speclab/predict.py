@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +43,7 @@ from speclab.costmodel import (
     payback_hours,
 )
 from speclab.errors import SpeclabError
+from speclab.levelsim import SimRequest, simulate_level
 from speclab.options import SpecOption
 from speclab.replay import ReplayResult, baseline_requests, replay_option
 
@@ -54,8 +55,15 @@ __all__ = [
     "predict_from_baseline",
     "restart_payback",
     "run_option",
+    "simulate_option_levels",
     "spec_level_points",
 ]
+
+
+# One server instance's decode step time against another's, same host, same prompts, same
+# (deterministic) outputs: baseline instances of the predictor benchmark differed by 0.9-7 %
+# (RMS 5 %, so ~3.5 % each) on the embedded server, 2026-12-01 (docs/predictor.md).
+INSTANCE_SD = 0.035
 
 
 # --------------------------------------------------------------------------- run readers
@@ -70,7 +78,16 @@ def _requests(run_dir: str | Path) -> pd.DataFrame:
     frame = frame[frame["ok"].fillna(False).astype(bool)].copy()
     frame["decode_s"] = frame["e2e_s"] - frame["ttft_s"]
     frame["decode_tokens"] = frame["output_tokens"] - 1
+    frame["chunk_steps"] = [_decode_chunks(c) for c in frame.get("chunk_tokens", pd.Series([None] * len(frame)))]
     return frame[frame["decode_tokens"] > 0]
+
+
+def _decode_chunks(chunk_tokens: Any) -> float:
+    """Streamed chunks carrying tokens after the first: one per engine step the request took
+    (fewer only where the server merged chunks for a slow reader); NaN when not recorded."""
+    if chunk_tokens is None or (isinstance(chunk_tokens, float) and math.isnan(chunk_tokens)):
+        return math.nan
+    return float(sum(1 for n in chunk_tokens if n) - 1)
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -116,6 +133,7 @@ def level_timings(run_dir: str | Path, by_category: bool = False) -> pd.DataFram
                 "decode_tokens": int(part["decode_tokens"].sum()), "decode_s": float(part["decode_s"].sum()),
                 "tpot_s": float(part["decode_s"].sum() / part["decode_tokens"].sum()),
                 "batch": batch,
+                "chunk_steps": float(part["chunk_steps"].sum(min_count=len(part))),
             })
     return pd.DataFrame(rows)
 
@@ -165,10 +183,14 @@ def spec_level_points(baseline_run_dir: str | Path, spec_run_dir: str | Path) ->
     From the server's counter deltas for the level: steps = sum(output_tokens - 1) -
     d_accepted (each decode step emits 1 + accepted tokens), verified tokens per sequence
     per step = 1 + d_draft_tokens / steps, step time = decode time / steps. The baseline
-    run of the same plan gives the same level's baseline step time.
+    run of the same plan gives the same level's baseline step time (``baseline_level_step_s``);
+    ``baseline_step_s`` is that step moved along the baseline's own step-time curve to the
+    batch the speculative level decoded at, which is smaller when requests finish unevenly.
     """
     spec = level_timings(spec_run_dir)
-    base = level_timings(baseline_run_dir).set_index("level")
+    base_timing = level_timings(baseline_run_dir)
+    curve = baseline_curve(base_timing)
+    base = base_timing.set_index("level")
     counters = _summary_levels(spec_run_dir)
     rows = []
     for row in spec.to_dict("records"):
@@ -177,17 +199,25 @@ def spec_level_points(baseline_run_dir: str | Path, spec_run_dir: str | Path) ->
         drafts, draft_tokens, accepted = (server.get(k) for k in ("d_drafts", "d_draft_tokens", "d_accepted_tokens"))
         if draft_tokens is None or accepted is None or level not in base.index:
             continue
-        steps = row["decode_tokens"] - accepted
+        # d_accepted also counts drafts accepted past max_tokens or a stop, which the server
+        # drops, so it under-counts steps; a merged chunk under-counts them too: the larger wins
+        steps = max(row["decode_tokens"] - accepted, row["chunk_steps"] if row["chunk_steps"] == row["chunk_steps"] else 0)
         if steps <= 0:
             continue
+        base_batch = float(base.loc[level, "batch"])
+        # the same level's baseline step, moved to the batch the speculative run decoded at
+        # (it thins out sooner: docs/predictor.md), so the fit sees verification alone
+        at_spec_batch = curve(row["batch"]) / curve(base_batch)
         rows.append({
             "level": level, "concurrency": row["concurrency"], "batch": row["batch"],
             "verified_tokens_per_seq": 1.0 + draft_tokens / steps,
             "tokens_per_step": row["decode_tokens"] / steps,
-            "steps": steps, "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
+            "steps": steps, "counter_steps": row["decode_tokens"] - accepted, "chunk_steps": row["chunk_steps"],
+            "drafts": drafts, "draft_tokens": draft_tokens, "accepted_tokens": accepted,
             "step_s": row["decode_s"] / steps,
-            "baseline_step_s": float(base.loc[level, "tpot_s"]),
-            "baseline_batch": float(base.loc[level, "batch"]),
+            "baseline_step_s": float(base.loc[level, "tpot_s"]) * at_spec_batch,
+            "baseline_level_step_s": float(base.loc[level, "tpot_s"]),
+            "baseline_batch": base_batch,
         })
     if not rows:
         raise SpeclabError(
@@ -217,6 +247,66 @@ def _pool(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return agg
 
 
+def baseline_curve(timing: pd.DataFrame) -> Callable[[float], float]:
+    """T(B, 1) of a run: its decode step time against effective batch (levels pooled per
+    concurrency), linear between measured batches and flat past the ends."""
+    pooled = _pool(timing, ["concurrency"]).sort_values("batch")
+    xs, ys = pooled["batch"].to_numpy(float), pooled["tpot_s"].to_numpy(float)
+    return lambda batch: float(np.interp(batch, xs, ys))
+
+
+def simulate_option_levels(
+    base_requests: pd.DataFrame,
+    replay: ReplayResult,
+    curve: Callable[[float], float],
+    verify: VerifyCost,
+) -> pd.DataFrame:
+    """Every level of a baseline run stepped through twice (:func:`speclab.levelsim.simulate_level`):
+    as measured (one token per step) and with the option's replayed drafts, whose steps cost
+    ``curve(batch) + verify.extra_s(draft tokens in the step)``.
+
+    One row per request: ``sim_baseline_decode_s``, ``sim_spec_decode_s`` and the level's
+    simulated effective batch in each arm. A group's predicted speedup is the ratio of its
+    summed decode seconds (both arms emit the same tokens).
+    """
+    drafts = replay.steps.groupby("request_id")["draft_tokens"].apply(list).to_dict() if not replay.steps.empty else {}
+    rows = []
+    for (level, concurrency), group in base_requests.groupby(["level", "concurrency"], sort=True):
+        group = group.sort_values("send_time_s", kind="stable")
+        base_arm, spec_arm = [], []
+        for r in group.to_dict("records"):
+            steps = int(r["decode_tokens"])
+            plan = drafts.get(r["request_id"], [0] * steps)
+            base_arm.append(SimRequest(r["request_id"], float(r["ttft_s"]), [0] * steps))
+            spec_arm.append(SimRequest(r["request_id"], float(r["ttft_s"]), plan))
+        base = simulate_level(base_arm, int(concurrency), lambda b, x: curve(b))
+        spec = simulate_level(spec_arm, int(concurrency), lambda b, x: curve(b) + verify.extra_s(x))
+        for r in group.to_dict("records"):
+            rows.append({
+                "request_id": r["request_id"], "category": r["category"], "level": int(level),
+                "concurrency": int(concurrency),
+                "sim_baseline_decode_s": base.decode_s[r["request_id"]],
+                "sim_spec_decode_s": spec.decode_s[r["request_id"]],
+                "sim_baseline_batch": base.effective_batch, "sim_spec_batch": spec.effective_batch,
+            })
+    return pd.DataFrame(rows)
+
+
+def _simulated_speedups(sim: pd.DataFrame) -> dict[tuple[str, int], dict[str, float]]:
+    """(category or 'all', concurrency) -> simulated speedup and the two arms' batches."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    if sim.empty:
+        return out
+    for key, part in [*sim.groupby(["category", "concurrency"]), *((("all", c), p) for c, p in sim.groupby("concurrency"))]:
+        levels = part.drop_duplicates("level")
+        out[(str(key[0]), int(key[1]))] = {
+            "speedup": float(part["sim_baseline_decode_s"].sum() / part["sim_spec_decode_s"].sum()),
+            "baseline_batch": float(levels["sim_baseline_batch"].mean()),
+            "spec_batch": float(levels["sim_spec_batch"].mean()),
+        }
+    return out
+
+
 def _replay_frames(replay: ReplayResult) -> tuple[pd.DataFrame, pd.DataFrame]:
     by_cat = replay.by("category", "concurrency")
     by_all = replay.by("concurrency").assign(category="all")
@@ -233,6 +323,7 @@ def predict_from_baseline(
     confidence: float = 0.9,
     resamples: int = 300,
     seed: int = 0,
+    instance_sd: float = INSTANCE_SD,
 ) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per category x concurrency (+ ``all``).
 
@@ -246,9 +337,13 @@ def predict_from_baseline(
     ``confidence``) for what a measurement of the same size would read: a bootstrap over
     the calibration points (the verify-cost fit refitted), over the cell's requests (the
     replayed acceptance) and over the baseline's requests twice (the run-to-run noise of
-    each arm's decode time). ``predicted_verdict`` is "predicted to win" / "to lose" only
-    when the whole interval is on one side of 1, else "unclear"; ``loses`` keeps the
-    point estimate's sign.
+    each arm's decode time), and, per arm, a server instance's own speed (``instance_sd``:
+    the relative spread of one instance's step time from another's on the same host).
+    ``predicted_verdict`` is "predicted to win" / "to lose" only when the whole interval is
+    on one side of 1, else "unclear"; ``loses`` keeps the point estimate's sign.
+    Within the measured mix (``"level"``) and for the ``all`` rows, each level is stepped
+    through (:func:`simulate_option_levels`), so a batch that thins out sooner under
+    speculation is priced at the size it has.
     """
     replay = replay or replay_option(baseline_requests(baseline_run_dir), option, _max_len(baseline_run_dir))
     timing = level_timings(baseline_run_dir)
@@ -257,6 +352,8 @@ def predict_from_baseline(
     rng = np.random.default_rng(seed)
     verify_draws = _verify_cost_draws(cost_model, resamples, rng)
     base_requests = _requests(baseline_run_dir)
+    simulated = _simulated_speedups(
+        simulate_option_levels(base_requests, replay, baseline_curve(timing), cost_model.verify))
     rows = []
     for frame in (by_cat, by_all):
         for r in frame.to_dict("records"):
@@ -270,6 +367,18 @@ def predict_from_baseline(
             draft_fraction = float(r["draft_fraction"] or 0.0)
             k = replay.k
             speedup = tokens * base_step / spec_step
+            interval = _speedup_interval(
+                replay.requests, base_requests, r["category"], int(c), batch, base_step, verify_draws,
+                level_mix=batch_mix == "level", confidence=confidence, rng=rng, instance_sd=instance_sd)
+            # Inside the measured mix (and for the whole level) the level is stepped through:
+            # the batch the option decodes at, not the baseline's (docs/predictor.md).
+            sim = simulated.get((str(r["category"]), int(c))) if (batch_mix == "level" or r["category"] == "all") else None
+            spec_batch = batch
+            if sim is not None:
+                factor = sim["speedup"] / speedup
+                speedup, spec_step = sim["speedup"], spec_step / factor
+                spec_batch = batch * sim["spec_batch"] / sim["baseline_batch"]
+                interval = _scaled_interval(interval, factor)
             spec_for_break_even = base_step + cost_model.extra_s(batch, 1.0 + draft_fraction * k)
             break_even = (1.0 + (spec_for_break_even / base_step - 1.0) / draft_fraction
                           if draft_fraction > 0 else math.nan)
@@ -280,11 +389,10 @@ def predict_from_baseline(
                 "draft_fraction": draft_fraction, "tokens_per_step": tokens,
                 "verified_tokens_per_seq": float(mix["verified_tokens_per_step"]),
                 "baseline_step_ms": base_step * 1e3, "spec_step_ms": spec_step * 1e3,
+                "predicted_spec_batch": spec_batch,
                 "baseline_tok_s": batch / base_step, "predicted_tok_s": batch * tokens / spec_step,
                 "predicted_speedup": speedup,
-                **_speedup_interval(
-                    replay.requests, base_requests, r["category"], int(c), batch, base_step, verify_draws,
-                    level_mix=batch_mix == "level", confidence=confidence, rng=rng),
+                **interval,
                 "break_even_acceptance_length": break_even,
                 "loses": speedup < 1.0,
                 **{f"acceptance_pos{i + 1}": r.get(f"acceptance_pos{i + 1}") for i in range(k)},
@@ -299,6 +407,7 @@ def predict_from_baseline(
 # --------------------------------------------------------------------------- intervals
 
 PREDICTED_WIN, PREDICTED_LOSS, PREDICTED_UNCLEAR = "predicted to win", "predicted to lose", "unclear"
+
 
 
 def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Generator) -> list[VerifyCost]:
@@ -337,6 +446,7 @@ def _speedup_interval(
     level_mix: bool,
     confidence: float,
     rng: np.random.Generator,
+    instance_sd: float = 0.0,
 ) -> dict[str, Any]:
     """The interval and verdict of one cell's predicted speedup (see predict_from_baseline)."""
     n = len(verify_draws)
@@ -351,8 +461,8 @@ def _speedup_interval(
         base_c = base_c[base_c["category"] == category]
     decode_s, decode_tokens = base_c["decode_s"].to_numpy(float), base_c["decode_tokens"].to_numpy(float)
     point_tpot = decode_s.sum() / decode_tokens.sum() if decode_tokens.sum() > 0 else np.nan
-    noise_base = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot
-    noise_spec = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot
+    noise_base = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
+    noise_spec = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
     extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0)) for v, x in zip(verify_draws, verified, strict=True)])
     draws = tokens * (base_step * noise_base) / ((base_step + extra) * noise_spec)
     draws = draws[np.isfinite(draws)]
@@ -360,6 +470,15 @@ def _speedup_interval(
         return {"predicted_speedup_low": None, "predicted_speedup_high": None, "predicted_verdict": PREDICTED_UNCLEAR}
     tail = (1.0 - confidence) / 2.0
     low, high = (float(q) for q in np.quantile(draws, [tail, 1.0 - tail]))
+    verdict = PREDICTED_WIN if low > 1.0 else PREDICTED_LOSS if high < 1.0 else PREDICTED_UNCLEAR
+    return {"predicted_speedup_low": low, "predicted_speedup_high": high, "predicted_verdict": verdict}
+
+
+def _scaled_interval(interval: dict[str, Any], factor: float) -> dict[str, Any]:
+    """An interval moved by the level simulation's correction; the verdict re-read from it."""
+    if interval["predicted_speedup_low"] is None:
+        return interval
+    low, high = interval["predicted_speedup_low"] * factor, interval["predicted_speedup_high"] * factor
     verdict = PREDICTED_WIN if low > 1.0 else PREDICTED_LOSS if high < 1.0 else PREDICTED_UNCLEAR
     return {"predicted_speedup_low": low, "predicted_speedup_high": high, "predicted_verdict": verdict}
 

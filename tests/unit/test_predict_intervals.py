@@ -44,5 +44,19 @@ def test_most_measurements_fall_inside_the_interval(table) -> None:
 def test_more_data_narrows_the_interval(table) -> None:
     width = table["predicted_speedup_high"] - table["predicted_speedup_low"]
     cells = table.assign(width=width).set_index(["category", "concurrency"])["width"]
-    # the 'all' rows pool 8 prompts, a category 2: the pooled interval is narrower
-    assert cells[("all", 1)] < cells[("code_editing", 1)] and cells[("all", 4)] < cells[("code_editing", 4)]
+    # the 'all' rows pool 8 prompts, a category 2: the pooled interval is narrower (at c=1 the
+    # pool mixes categories whose tokens per step differ twofold, which widens it as much)
+    assert cells[("all", 4)] < cells[("code_editing", 4)] / 2
+
+
+def test_a_server_instance_spread_widens_every_interval() -> None:
+    from speclab.options import default_option
+    from speclab.predict import predict_from_baseline
+
+    model = calibrate_from_runs(RUNS / "f32-baseline", RUNS / "f32-ngram")
+    widths = []
+    for spread in (0.0, 0.05):
+        table = predict_from_baseline(RUNS / "f32-baseline", default_option("ngram", 4), model,
+                                      batch_mix="level", instance_sd=spread)
+        widths.append((table["predicted_speedup_high"] - table["predicted_speedup_low"]).to_numpy())
+    assert (widths[1] > widths[0]).all()
