@@ -3,9 +3,12 @@ side by side in one run, plus the offline prediction of its per-position accepta
 
     flock /tmp/speclab-vllm.lock .venv/bin/python benchmarks/eagle3_head.py [HEAD_DIR] [--per-category N]
 
-Held-out prompts: the benchmark's own (`data/prompts/`), never seen in training. Prints
-tok/s per arm and category, the speedup, and per-position acceptance measured from counter
-deltas next to the offline prediction over the baseline's own greedy token ids.
+Held-out prompts (``--prompts``): ``benchmark``, the benchmark's own (`data/prompts/`), or
+``corpus``, new prompts drawn from the training corpus's templates with another seed and
+kept only where they differ from every training prompt (what the head was built for, never
+seen by it). Prints tok/s per arm and category, the speedup, and per-position acceptance
+measured from counter deltas next to the offline prediction over the baseline's own greedy
+token ids.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from pathlib import Path
 
 import httpx
 
-from speclab.drafter_train import ensure_trained_head, evaluate_head
+from speclab.drafter_corpus import training_corpus
+from speclab.drafter_train import DEFAULT_PROMPTS, ensure_trained_head, evaluate_head
 from speclab.embedded import SERVED_MODEL_NAME, embedded_launch
 from speclab.metrics import scrape_metrics, window
 from speclab.options import SpecOption
-from speclab.prompts import BUILTIN_CATEGORIES, load_builtin
+from speclab.prompts import BUILTIN_CATEGORIES, Prompt, load_builtin
 from speclab.server import ManagedServer, free_port
 
 
@@ -46,14 +50,31 @@ def serve_and_time(option: SpecOption, prompts: list, max_tokens: int, log: Path
     return rows, counters
 
 
+def unseen_corpus_prompts(per_category: int, training_prompts: int = DEFAULT_PROMPTS) -> list[Prompt]:
+    """Prompts from the training corpus's templates (another seed) that no training prompt equals."""
+    seen = {repr(item["messages"]) for item in training_corpus(training_prompts)}
+    picked: dict[str, list[Prompt]] = {c: [] for c in BUILTIN_CATEGORIES}
+    for item in training_corpus(40 * per_category * len(BUILTIN_CATEGORIES), seed=20261201):
+        bucket = picked[item["category"]]
+        if repr(item["messages"]) not in seen and len(bucket) < per_category:
+            bucket.append(Prompt(id=item["id"].replace("train-", "unseen-"), category=item["category"],
+                                 messages=tuple(item["messages"])))
+    return [p for c in BUILTIN_CATEGORIES for p in picked[c]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("head", nargs="?", default=None)
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--prompts", choices=["benchmark", "corpus"], default="benchmark")
     a = ap.parse_args()
     head = Path(a.head) if a.head else ensure_trained_head()
-    prompts = [p for c in BUILTIN_CATEGORIES for p in load_builtin([c])[: a.per_category] if p.messages]
+    if a.prompts == "corpus":
+        prompts = unseen_corpus_prompts(a.per_category)
+    else:
+        prompts = [p for c in BUILTIN_CATEGORIES for p in load_builtin([c])[: a.per_category] if p.messages]
+    print(f"prompts: {a.prompts} ({len(prompts)})")
     work = Path(tempfile.mkdtemp(prefix="speclab-eagle3-bench-"))
     base, _ = serve_and_time(SpecOption(), prompts, a.max_tokens, work / "baseline.log")
     spec, counters = serve_and_time(SpecOption(method="eagle3", model=str(head), num_speculative_tokens=3),

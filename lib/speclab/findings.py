@@ -7,23 +7,26 @@ tidy tables that notebook writes into its report section (:mod:`speclab.sections
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from speclab.profiling import ProfileReport
+
 # Buckets whose time does not grow with tokens per step are "amortised" by each accepted token.
 _SUMMARY_ROWS = ("(all buckets)", "(step wall)")
 
 
-def _rank_of(report: Any, rank: int | None) -> int | None:
+def _rank_of(report: ProfileReport, rank: int | None) -> int | None:
     if rank is not None:
         return rank
     summary = report.summary
     return int(summary["rank"].min()) if not summary.empty else None
 
 
-def decode_time_by_bucket(report: Any, rank: int | None = None) -> pd.DataFrame:
+def decode_time_by_bucket(report: ProfileReport, rank: int | None = None) -> pd.DataFrame:
     """One rank's decode-step time per bucket: share and milliseconds per step, largest first."""
     rank = _rank_of(report, rank)
     summary = report.summary
@@ -36,7 +39,7 @@ def decode_time_by_bucket(report: Any, rank: int | None = None) -> pd.DataFrame:
         "share", ascending=False).reset_index(drop=True)
 
 
-def token_scaling(report: Any, rank: int | None = None) -> pd.DataFrame:
+def token_scaling(report: ProfileReport, rank: int | None = None) -> pd.DataFrame:
     """Per bucket: how its time per step grows with tokens per step (the predictor's input)."""
     rank = _rank_of(report, rank)
     scaling = report.scaling
@@ -54,7 +57,7 @@ def _percent(value: float) -> str:
     return f"{value * 100:.0f} %" if value >= 0.01 else f"{value * 100:.1f} %"
 
 
-def profile_findings(report: Any, rank: int | None = None, other_bucket: str = "other") -> list[str]:
+def profile_findings(report: ProfileReport, rank: int | None = None, other_bucket: str = "other") -> list[str]:
     """Three or four sentences: decode time by bucket, what grows with tokens, what no rule matched."""
     rank = _rank_of(report, rank)
     if rank is None:
@@ -94,7 +97,7 @@ def profile_findings(report: Any, rank: int | None = None, other_bucket: str = "
     return sentences
 
 
-def profile_section_tables(report: Any, rank: int | None = None) -> dict[str, pd.DataFrame]:
+def profile_section_tables(report: ProfileReport, rank: int | None = None) -> dict[str, pd.DataFrame]:
     """The tables a profile section carries (tidy, units in the names)."""
     scaling = token_scaling(report, rank)
     growth = scaling.pop("growth_over_range").replace([np.inf, -np.inf], np.nan)
@@ -102,7 +105,7 @@ def profile_section_tables(report: Any, rank: int | None = None) -> dict[str, pd
     return {"decode_time_by_bucket": decode_time_by_bucket(report, rank), "token_scaling": scaling}
 
 
-def write_profile_section(run_dir: Any, report: Any, rank: int | None = None) -> Any:
+def write_profile_section(run_dir: str | Path, report: ProfileReport, rank: int | None = None) -> Path:
     """00-profile's report section: findings, the two tables and both figures; returns its folder."""
     import matplotlib.pyplot as plt
 

@@ -206,6 +206,8 @@ def styled(frame: pd.DataFrame, *, caption: str | None = None, table_id: str | N
     """
     # a default RangeIndex is noise; a named or meaningful index becomes ordinary columns
     table = frame.reset_index(drop=True) if isinstance(frame.index, pd.RangeIndex) else frame.reset_index()
+    if isinstance(table.columns, pd.MultiIndex):  # a pivot: one header line per column
+        table.columns = [" ".join(str(part) for part in column if str(part)) for column in table.columns]
     table = with_intervals(_numeric_objects(table), confidence)
     if convert_units:
         table = to_display_units(table)

@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from speclab.costmodel import SeedScenario
 from speclab.errors import SpeclabError
 from speclab.moe import (
     BORROWED_MOE_SPEC,
+    FittedRouting,
     RoutingModel,
+    Strategy,
     VerifyCurve,
     budget_sweep,
     distinct_experts_uniform,
@@ -29,7 +32,7 @@ from speclab.moe import (
 from speclab.moe_bench import SHAPES, LayerShape, bench_frame, load_bench, run_layer_bench, shipped_gpu_bench
 from speclab.params import MoESpecParams
 
-# The reference measured earlier for the Kimi-K2.5 shape on an H200 (issue 12): verifying n
+# The reference measured earlier for the Kimi-K2.5 shape on an H200 (docs/moe.md): verifying n
 # tokens cost this many one-token steps, uniform and Zipf(1.0) routing.
 REFERENCE_H200 = {"uniform": {2: 1.91, 4: 3.60, 8: 6.88}, "zipf1.0": {2: 1.40, 4: 1.69, 8: 2.18}}
 REFERENCE_DISTINCT_UNIFORM = {2: 15.6, 4: 31.0, 8: 59.8}
@@ -102,7 +105,7 @@ def _pool(curves: list[pd.DataFrame]) -> pd.DataFrame:
     return out.drop(columns="w")
 
 
-def distinct_curves(params: MoESpecParams) -> tuple[pd.DataFrame, Any, list[str]]:
+def distinct_curves(params: MoESpecParams) -> tuple[pd.DataFrame, FittedRouting | None, list[str]]:
     """Distinct experts per layer vs tokens: the closed form, each routing model simulated,
     and (with traces) the trace and the model fitted to it. Returns (table, fit or None, notes)."""
     shape = layer_shape(params)
@@ -113,7 +116,7 @@ def distinct_curves(params: MoESpecParams) -> tuple[pd.DataFrame, Any, list[str]
     for text in params.routings:
         model = parse_routing(text, shape.experts, shape.top_k)
         frames.append(simulate_distinct(model, tokens, samples=params.simulation_samples).assign(source="simulated"))
-    fit: Any = None
+    fit: FittedRouting | None = None
     notes: list[str] = []
     if params.traces:
         curve, kind, notes = load_trace_curve(params, tokens)
@@ -208,7 +211,7 @@ def zipf_matching_reference(experts: int = 384, top_k: int = 8, samples: int = 3
 # --------------------------------------------------------------------------- budget and the seeds' case
 
 
-def budget_routing(params: MoESpecParams, fit: Any) -> RoutingModel:
+def budget_routing(params: MoESpecParams, fit: FittedRouting | None) -> RoutingModel:
     shape = layer_shape(params)
     if params.budget_routing == "fitted":
         if fit is None:
@@ -224,7 +227,7 @@ def budget_table(params: MoESpecParams, curve: VerifyCurve, routing: RoutingMode
     return budget_sweep(routing, params.budget_tokens, budgets, curve=curve, samples=200)
 
 
-def seeds_routings(params: MoESpecParams, fit: Any) -> list[RoutingModel]:
+def seeds_routings(params: MoESpecParams, fit: FittedRouting | None) -> list[RoutingModel]:
     """Routing for the seeds' case, always on Kimi-K2.5's shape (384 experts, top-8): uniform,
     Zipf 1.0 and the what-if's routing (a fitted model keeps its skew and correlation)."""
     kimi = SHAPES["kimi-k2.5"]
@@ -238,18 +241,17 @@ def seeds_routings(params: MoESpecParams, fit: Any) -> list[RoutingModel]:
     return models
 
 
-def load_scenario(params: MoESpecParams) -> Any:
-    from speclab.costmodel import SeedScenario
+def load_scenario(params: MoESpecParams) -> SeedScenario:
     from speclab.params import load_params_file
 
     return SeedScenario.model_validate(load_params_file(resolve_path(params.scenario))) if params.scenario else SeedScenario()
 
 
-def ngram_acceptance(params: MoESpecParams, scenario: Any) -> dict[str, Any]:
+def ngram_acceptance(params: MoESpecParams, scenario: SeedScenario) -> dict[str, Any]:
     """n-gram acceptance on reasoning text: a replay of a baseline run's category (vLLM's
     proposer, position by position), else the scenario's assumed alpha (flagged)."""
     from speclab.costmodel import expected_tokens_per_step
-    from speclab.options import SpecOption
+    from speclab.options import default_option
     from speclab.replay import baseline_requests, replay_ngram
     from speclab.runfolder import latest_run
 
@@ -269,11 +271,12 @@ def ngram_acceptance(params: MoESpecParams, scenario: Any) -> dict[str, Any]:
             raise SpeclabError(f"{run} has no {params.acceptance_category!r} requests; "
                                "set acceptance_category to one it has, or None.")
         requests = picked
-    option = SpecOption(method="ngram", num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=4)
+    option = default_option("ngram", k)
     rows = replay_ngram(requests, option, 4096).requests
     steps = float(rows["decode_steps"].sum())
     return {
-        "source": f"n-gram k={k} replayed over {len(rows)} {params.acceptance_category or 'all'} requests of {run}",
+        "source": (f"n-gram k={k} replayed over {len(rows)} {params.acceptance_category or 'all'} requests "
+                   f"of run {Path(run).parent.name}/{Path(run).name}"),
         "tokens_per_step": float(rows["decode_tokens"].sum()) / steps,
         "verified_tokens_per_seq": 1.0 + float(rows["draft_tokens"].sum()) / steps,
         "acceptance_rate": float(rows["accepted_tokens"].sum()) / max(float(rows["draft_tokens"].sum()), 1.0),
@@ -293,7 +296,7 @@ def seeds_options(params: MoESpecParams, acceptance: dict[str, Any]) -> list[dic
     ]
 
 
-def seeds_case(params: MoESpecParams, scenario: Any, curve: VerifyCurve, routings: list[RoutingModel],
+def seeds_case(params: MoESpecParams, scenario: SeedScenario, curve: VerifyCurve, routings: list[RoutingModel],
                acceptance: dict[str, Any]) -> pd.DataFrame:
     """Predicted tok/s per option x routing x budget x concurrency on the seeds' deployment,
     with whether the prediction falls in the band the team measured, and the routing mass a
@@ -301,16 +304,17 @@ def seeds_case(params: MoESpecParams, scenario: Any, curve: VerifyCurve, routing
     budgets: list[int | None] = [None, *sorted(set(params.budgets))]
     options = seeds_options(params, acceptance)
     frames = []
+    strategies: tuple[Strategy, ...] = ("substitution", "truncation")
     for routing in routings:
-        table = predict_budget_speedups(scenario, curve, routing, options, budgets)
+        table = predict_budget_speedups(scenario, curve, routing, options, budgets, strategies=strategies)
         mass = {}
         for opt in options:
             group = max(int(round(float(opt["verified_tokens_per_seq"]))), 1)
-            sweep = budget_sweep(routing, group, sorted(set(params.budgets)), ("substitution",), samples=100)
-            mass.update({(opt["option"], int(b)): float(m)
-                         for b, m in zip(sweep["budget"], sweep["mass_kept"], strict=True)})
-        table["mass_kept"] = [1.0 if b == "none" else mass[(o, int(b))]
-                              for o, b in zip(table["option"], table["budget"], strict=True)]
+            sweep = budget_sweep(routing, group, sorted(set(params.budgets)), strategies, samples=100)
+            mass.update({(opt["option"], st, int(b)): float(m)
+                         for st, b, m in zip(sweep["strategy"], sweep["budget"], sweep["mass_kept"], strict=True)})
+        table["mass_kept"] = [1.0 if b == "none" else mass[(o, st, int(b))]
+                              for o, st, b in zip(table["option"], table["strategy"], table["budget"], strict=True)]
         frames.append(table)
     table = pd.concat(frames, ignore_index=True)
     lo, hi = scenario.measured_ngram_change
@@ -329,7 +333,8 @@ def best_budgets(table: pd.DataFrame, min_mass_kept: float = 0.95) -> pd.DataFra
         allowed = part[part["mass_kept"] >= min_mass_kept] if "mass_kept" in part else part
         best = allowed.loc[allowed["predicted_speedup"].idxmax()]
         rows.append({"option": option, "routing": routing, "concurrency": c, "speedup_no_budget": none,
-                     "best_budget": str(best["budget"]), "mass_kept": best.get("mass_kept", 1.0),
+                     "best_budget": str(best["budget"]), "best_strategy": str(best.get("strategy", "-")),
+                     "mass_kept": best.get("mass_kept", 1.0),
                      "speedup_best_budget": best["predicted_speedup"],
                      "turns_positive": none <= 1.0 < best["predicted_speedup"]})
     return pd.DataFrame(rows)
@@ -376,7 +381,7 @@ def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFra
     return out
 
 
-def explain_seeds_moe(scenario: Any, baseline_run: str | None = None) -> pd.DataFrame:
+def explain_seeds_moe(scenario: SeedScenario, baseline_run: str | None = None) -> pd.DataFrame:
     """``speclab explain-seeds --moe``: per option x concurrency, the unbudgeted prediction
     with the shipped H200 Kimi curve (Zipf 1.0 routing) and the best budget."""
     params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=baseline_run)

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from speclab.errors import SpeclabError, explain_validation_error
-from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, SpecOption, default_option
+from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, Engine, SpecOption, default_option
 from speclab.sweep import SweepConfig
 from speclab.target import ServerTarget
 from speclab.urls import restore_credentials
@@ -131,7 +131,7 @@ class Eagle3Params(_ServerParams):
     drafter_config: str | None = Field(None, description="the drafter's config.json for the match check (None: <drafter>/config.json)")
     target_config: str | None = Field(None, description="the served model's config.json (None, embedded: the embedded model's)")
     target_name: str | None = Field(None, description="the served model's name or hub id, for the trained-for check")
-    engine: Literal["vllm", "sglang"] = Field("vllm", description="external: the engine, for the launch flags shown")
+    engine: Engine = Field("vllm", description="external: the engine, for the launch flags shown")
     method: Literal["eagle3"] = Field("eagle3", description="always eagle3 (kept so run folders read like 02's)")
     k: int = Field(3, ge=1, le=16, description="num_speculative_tokens (SGLang: steps, topk 1, k+1 draft tokens)")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")

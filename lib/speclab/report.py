@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
+from pandas.io.formats.style import Styler
 
 from speclab import compare, formatting, plots, tables
 from speclab.errors import SpeclabError
@@ -111,7 +112,7 @@ def decision_rows(bundle: ReportBundle) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def decision_table(bundle: ReportBundle) -> Any:
+def decision_table(bundle: ReportBundle) -> Styler | pd.DataFrame:
     """The decision table, styled: speedup with its interval, verdict cells coloured."""
     frame = decision_rows(bundle)
     if frame.empty:
@@ -346,7 +347,7 @@ def all_category_comparisons(bundle: ReportBundle) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def category_table(bundle: ReportBundle) -> pd.DataFrame:
+def speedup_cells(bundle: ReportBundle) -> pd.DataFrame:
     """Per option x category x concurrency: speedup, CI, verdict (the long table behind the heatmaps)."""
     frames = [t[t["category"] != "all"].assign(option=label) for label, t in bundle.comparisons.items()]
     if not frames:
@@ -437,18 +438,23 @@ def latest_sections(outputs_root: str | Path | None = None) -> list[Section]:
 
 
 def render_section(section: Section) -> list[Any]:
-    """A section as displayable parts: heading, summary, figures, styled tables, notes."""
+    """A section as displayable parts: heading, summary, figures, styled tables, notes; local
+    paths in its text are cut to their last part (the report is sent to other people)."""
     from IPython.display import HTML, Image, Markdown
 
-    parts: list[Any] = [Markdown(f"### {section.title}\n\n" + "\n".join(f"- {s}" for s in section.summary))]
+    summary = "\n".join(f"- {tables.scrub_paths(s)}" for s in section.summary)
+    parts: list[Any] = [Markdown(f"### {tables.scrub_paths(section.title)}\n\n" + summary)]
     for name, figure in section.figures.items():
         parts.append(Image(filename=str(figure)))
         parts.append(HTML(f'<p style="font-size: 0.85em; color: #666;">Figure: {html.escape(formatting.header(name))}</p>'))
     for name, table in section.tables.items():
         caption = formatting.header(name)
+        text_columns = [c for c in table.columns if table[c].map(lambda v: isinstance(v, str)).any()]
+        table = table.assign(**{c: table[c].map(lambda v: tables.scrub_paths(v) if isinstance(v, str) else v)
+                                for c in text_columns})
         styler = formatting.styled(table, caption=caption, max_rows=25)
         parts.append(HTML(styler.to_html() if len(table) <= 12 else collapsed(styler, f"{caption} ({len(table)} rows)")))
     if section.notes:
-        parts.append(HTML(formatting.bullet_list(section.notes)))
+        parts.append(HTML(formatting.bullet_list([tables.scrub_paths(n) for n in section.notes])))
     parts.append(HTML(f'<p style="font-size: 0.85em; color: #666;">From run {html.escape(section.run_id)}.</p>'))
     return parts

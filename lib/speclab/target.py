@@ -60,6 +60,7 @@ class LiveServer:
     identity: ServerIdentity
     model: str
     managed: ManagedServer | None = None
+    api_key_env: str | None = None  # the variable's name; every request reads the key from it
 
 
 @contextlib.contextmanager
@@ -71,7 +72,8 @@ def serve_target(target: ServerTarget, run: Run | None = None, log_dir: Path | N
         _check_declared(identity, target)
         if run is not None:
             run.set_server(identity)
-        yield LiveServer(Endpoint.parse(target.endpoint), identity, identity.model_id or "")
+        yield LiveServer(Endpoint.parse(target.endpoint), identity, identity.model_id or "",
+                         api_key_env=target.api_key_env)
         return
 
     launch = _launch_for(target)

@@ -19,7 +19,9 @@ from typing import Any
 
 import pandas as pd
 
+from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
+from speclab.params import BaselineParams
 from speclab.sections import write_section
 from speclab.traffic import TrafficDay, acceptance_by, predict_day, traffic_vs_benchmark
 from speclab.traffic_logs import LogFormat, LogRecord, iter_log_batches
@@ -84,7 +86,8 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
                    fmt: LogFormat = "auto", max_rows: int | None = None, bin_minutes: float = 15.0,
                    max_model_len: int | None = None, benchmark_predictions: pd.DataFrame | None = None,
                    server_url: str | None = None, served_model: str | None = None,
-                   suffix_python: str | None = None, progress: bool = True, title: str | None = None,
+                   api_key_env: str | None = None, suffix_python: str | None = None, progress: bool = True,
+                   title: str | None = None,
                    section_dir: str | Path | None = None) -> TrafficReport:
     """Replay ``log`` into ``run_dir`` and predict the day; writes tables and the report section.
 
@@ -105,7 +108,8 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
     check: list[dict[str, Any]] = []
     if server_url and tokenizer is not None:
         sample = next(iter_log_batches(log, 64, fmt), None)
-        check = check_against_server(tokenizer, sample.records if sample else [], server_url, served_model)
+        check = check_against_server(tokenizer, sample.records if sample else [], server_url, served_model,
+                                     api_key_env=api_key_env)
         bad = [row for row in check if not row["match"]]
         if bad:
             raise SpeclabError(f"{len(bad)} of {len(check)} sampled prompts tokenise differently from the server's "
@@ -143,7 +147,8 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
     return report
 
 
-def traffic_for_baseline(params: Any, run_dir: str | Path, cost_model: Any, predicted: pd.DataFrame,
+def traffic_for_baseline(params: BaselineParams, run_dir: str | Path, cost_model: CalibratedStepTime | None,
+                         predicted: pd.DataFrame,
                          progress: bool = False, workers: int | None = -1) -> TrafficReport:
     """01-baseline's ``traffic_log``: the options it predicts, replayed over the log with its
     cost model and restart time; batches under ``<run>/traffic``, the section in the run.
@@ -153,6 +158,8 @@ def traffic_for_baseline(params: Any, run_dir: str | Path, cost_model: Any, pred
     from speclab.runs import read_json
     from speclab.workbook import prediction_options
 
+    if not params.traffic_log:
+        raise SpeclabError("01-baseline's traffic_log is not set; give it the path of a request log to replay.")
     options = [ReplayOption(method=o.method, k=o.num_speculative_tokens, prompt_lookup_min=o.prompt_lookup_min,
                             prompt_lookup_max=o.prompt_lookup_max)
                for o in prediction_options(params.predict_methods, params.predict_k, params.predict_suffix_k)]
@@ -207,29 +214,40 @@ def _write_section(report: TrafficReport, run_dir: Path, log_name: str, title: s
 
 def check_against_server(tokenizer: ChatTokenizer, records: Sequence[LogRecord], base_url: str,
                          model: str | None = None, sample: int = 8, timeout_s: float = 10.0,
-                         transport: Any = None) -> list[dict[str, Any]]:
+                         transport: Any = None, api_key_env: str | None = None) -> list[dict[str, Any]]:
     """Compare the local prompt ids with the server's ``POST /tokenize`` for up to ``sample``
     chat records; one row per record (``match`` True when identical).
 
-    ``base_url`` is the server root (``http://host:8000``; a trailing ``/v1`` is dropped:
-    vLLM serves ``/tokenize`` at the root).
+    ``base_url``: any spelling of the server's URL (vLLM serves ``/tokenize`` at the root);
+    the key from ``$api_key_env`` (or credentials in the URL) goes with every request, and
+    neither ever appears in an error.
     """
     import httpx
 
-    root = base_url.rstrip("/").removesuffix("/v1")
+    from speclab.auth import auth_headers, auth_refused, basic_auth_headers
+    from speclab.urls import Endpoint
+
+    endpoint = Endpoint.parse(base_url)
+    headers = auth_headers(api_key_env) or basic_auth_headers(endpoint)
+    url = endpoint.without_credentials().at_root("tokenize")
     chosen = [r for r in records if r.messages is not None and r.prompt_token_ids is None][:sample]
     local = tokenizer.tokenize(chosen).prompts if chosen else []
     rows = []
-    with httpx.Client(base_url=root, timeout=timeout_s, transport=transport) as client:
+    with httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as client:
         for record, ids in zip(chosen, local, strict=True):
             body: dict[str, Any] = {"messages": record.messages, "add_generation_prompt": True}
             if model:
                 body["model"] = model
             try:
-                response = client.post("/tokenize", json=body)
+                response = client.post(url, json=body)
+                if response.status_code in (401, 403):
+                    raise auth_refused(response.status_code, url, api_key_env)
                 response.raise_for_status()
             except httpx.HTTPError as exc:
-                raise SpeclabError(f"The server at {root} did not tokenize ({exc}); check --server or leave it out.") from None
+                reason = f"HTTP {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else type(exc).__name__
+                raise SpeclabError(
+                    f"The server at {endpoint.public} did not tokenize ({reason}); check --server or leave it out."
+                ) from None
             served = response.json().get("tokens") or []
             first = next((i for i, (a, b) in enumerate(zip(ids, served, strict=False)) if a != b), min(len(ids), len(served)))
             rows.append({"request_id": record.request_id, "local_tokens": len(ids), "server_tokens": len(served),

@@ -43,15 +43,34 @@ class OptionOutcome(NamedTuple):
     baseline_dir: Path
 
 
-def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> SweepOutcome:
-    """Start/reach the server with speculation off and sweep it; data lands in the run folder."""
-    target = params.target(SpecOption())
-    config = params.sweep_only()
-    plan = check_before_sweep(config)  # bad prompts or limits stop before the server starts
+def check_baseline_inputs(params: BaselineParams) -> Plan:
+    """01-baseline's inputs checked without a server: the key variable, limits, the prompt
+    plan, and (``verify_cost: calibrate``) the calibration prompts. Returns the plan."""
+    plan = check_before_sweep(params.sweep_only())
     if params.verify_cost == "calibrate":  # its prompts are checked now, not after the sweep
         from speclab.calibration import calibration_prompts
 
         calibration_prompts(params.prompts, params.categories, set(plan.prompts))
+    return plan
+
+
+def check_notebook_inputs(params: _NotebookParams) -> None:
+    """What ``speclab run`` checks before it makes a run folder (one sentence on failure):
+    01's prompts and limits, the API key variable, and that 02/03 have a baseline to repeat."""
+    from speclab.auth import auth_headers
+
+    auth_headers(getattr(params, "api_key_env", None))
+    if isinstance(params, BaselineParams):
+        check_baseline_inputs(params)
+    elif isinstance(params, (SpecParams, Eagle3Params)):
+        resolve_baseline(params.baseline_run, params.outputs_root)
+
+
+def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> SweepOutcome:
+    """Start/reach the server with speculation off and sweep it; data lands in the run folder."""
+    target = params.target(SpecOption())
+    config = params.sweep_only()
+    plan = check_baseline_inputs(params)  # bad prompts or limits stop before the server starts
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="baseline",
                                progress=progress)

@@ -101,7 +101,9 @@ def test_the_deadline_ends_a_stream_that_keeps_pinging(tmp_path: Path, capsys: p
     # Pings are not data, but a generous idle timeout must still be capped by the deadline.
     with FaultServer("ping") as server:
         rc = bench(server, tmp_path / "run", "--idle-timeout-s", "30", "--request-timeout-s", "0.7")
-    assert rc == 1
+    assert rc == 1 and manifest(tmp_path / "run")["status"] == "failed"
+    rows = records(tmp_path / "run")
+    assert len(rows) == REQUESTS and not any(r["ok"] for r in rows)
     assert "request deadline of 0.7 s" in one_sentence(capsys.readouterr().err)
 
 
@@ -135,7 +137,8 @@ def test_a_server_behind_an_api_key(tmp_path: Path, capsys: pytest.CaptureFixtur
         rc_with = bench(server, tmp_path / "with", "--api-key-env", "FAULT_KEY")
         seen = list(server.seen_auth)
     assert rc_without == 1 and "--api-key-env" in sentence and "401" in sentence
-    assert records(tmp_path / "without") == []
+    assert records(tmp_path / "without") == []  # refused at the probe: no request was sent
+    assert manifest(tmp_path / "without")["status"] == "failed"
     assert rc_with == 0, capsys.readouterr().err
     assert len(records(tmp_path / "with")) == REQUESTS
     # every request of the keyed run (probe, models, metrics, chat) carried the key
@@ -150,7 +153,8 @@ def test_a_wrong_key_names_the_variable(tmp_path: Path, capsys: pytest.CaptureFi
     monkeypatch.setenv("FAULT_KEY", "sk-wrong")
     with FaultServer("auth", api_key="sk-test") as server:
         rc = bench(server, tmp_path / "run", "--api-key-env", "FAULT_KEY")
-    assert rc == 1
+    assert rc == 1 and manifest(tmp_path / "run")["status"] == "failed"
+    assert records(tmp_path / "run") == []
     assert "$FAULT_KEY" in one_sentence(capsys.readouterr().err)
 
 
@@ -160,7 +164,8 @@ def test_a_password_in_the_url_is_used_but_never_stored_or_printed(
         url = server.url.replace("http://", "http://bob:hunter2@") + "/v1"
         rc = bench(server, tmp_path / "run", endpoint=url)
         seen = set(server.seen_auth)
-    assert rc == 1
+    assert rc == 1 and manifest(tmp_path / "run")["status"] == "failed"
+    assert len(records(tmp_path / "run")) == REQUESTS
     assert "Basic Ym9iOmh1bnRlcjI=" in seen  # sent, as HTTP Basic auth
     err = capsys.readouterr()
     assert "hunter2" not in err.err + err.out

@@ -35,3 +35,33 @@ def test_ray_with_two_workers_gives_the_single_process_rows(tmp_path: Path, vllm
     pids = {json.loads(p.read_text())["stats"]["pid"] for p in (tmp_path / "ray" / "batches").glob("*.json")}
     assert pids and os.getpid() not in pids
     assert read_log_replay(tmp_path / "ray").stats["batches"] == 8
+
+
+def test_a_ray_address_runs_the_replay_on_that_cluster(tmp_path: Path, vllm_lock: None) -> None:
+    """`--ray-address`: a Ray head started apart (here on loopback, two CPUs) runs the batches,
+    with speclab shipped to its workers, and gives the single-process rows."""
+    import shutil
+    import subprocess
+    import sys
+
+    from speclab.server import free_port
+
+    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent))
+    if ray_cli is None:
+        pytest.skip("the ray command is not installed beside this python")
+    port = free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                    "--include-dashboard=false", "--disable-usage-stats"],
+                   check=True, env=env, timeout=180, capture_output=True)
+    try:
+        log = write_log(tmp_path / "log.jsonl", 120, seed=3)
+        tokenizer = ChatTokenizer.from_folder(write_tiny_model(tmp_path / "model"))
+        options = iter_options([4], [])
+        kwargs = {"tokenizer": tokenizer, "batch_size": 40, "progress": False}
+        single = replay_log(log, tmp_path / "single", options, **kwargs)
+        remote = replay_log(log, tmp_path / "cluster", options, ray_address=f"127.0.0.1:{port}", **kwargs)
+        assert remote.stats["engine"] == "ray"
+        pd.testing.assert_frame_equal(single.requests, remote.requests)
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], env=env, timeout=120, capture_output=True)

@@ -47,7 +47,10 @@ def test_the_seeds_band_is_reproduced_from_shipped_data(gpu) -> None:
     band = ngram["within_measured_band"]
     assert band.any() and band[[16, 32]].all()  # 9-26 % slower where batches are large
     assert ngram.loc[1, "predicted_speedup"] > ngram.loc[128, "predicted_speedup"]
+    budgeted = table[table["budget"] != "none"]
+    assert set(budgeted["strategy"]) == {"substitution", "truncation"} and budgeted["predicted_tok_s"].gt(0).all()
     best = mw.best_budgets(table)
+    assert set(best["best_strategy"]) <= {"substitution", "truncation", "-"}
     eagle = best[best["option"].str.startswith("eagle3")].set_index("concurrency")
     assert eagle.loc[1, "speedup_no_budget"] > 1.3
     assert (best["speedup_best_budget"] >= best["speedup_no_budget"] - 1e-9).all()

@@ -28,6 +28,7 @@ class FakeProfiler:
         self.stop_delay_s = stop_delay_s
         self.status = status
         self.calls: list[tuple[str, bytes]] = []
+        self.keys: list[str | None] = []
 
     def serve(self) -> Iterator[Endpoint]:
         owner = self
@@ -36,6 +37,7 @@ class FakeProfiler:
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 owner.calls.append((self.path, body))
+                owner.keys.append(self.headers.get("Authorization"))
                 if self.path == "/stop_profile" and owner.status == 200:
                     time.sleep(owner.stop_delay_s)
                     shutil.copy(FIXTURE, owner.trace_dir / "rank0.123.pt.trace.json.gz")
@@ -57,8 +59,9 @@ class FakeProfiler:
 
 
 class Live:
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, api_key_env: str | None = None) -> None:
         self.endpoint = endpoint
+        self.api_key_env = api_key_env
         self.model = "fake"
         self.managed = None
         self.identity = type("Identity", (), {"engine": "vllm"})()
@@ -71,7 +74,7 @@ def fake_load(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     def load(endpoint: Any, model: str, config: Any, run: Run, *, arm: str, progress: bool) -> None:
         seen.append({"arm": arm, "concurrency": config.concurrency, "max_tokens": config.max_tokens,
-                     "ignore_eos": config.ignore_eos})
+                     "ignore_eos": config.ignore_eos, "api_key_env": config.api_key_env})
         time.sleep(1.0)
 
     monkeypatch.setattr("speclab.loadgen.measure_sweep", load)
@@ -93,7 +96,8 @@ def test_capture_collects_the_new_traces(tmp_path: Path, fake_load: list[dict[st
     assert [p.name for p in result.side_files] == ["rank0.profiler_out.txt"]
     assert result.stop_s >= 0.3 and 0.3 <= result.window_s < 1.0
     assert result.load_running_at_stop
-    assert fake_load == [{"arm": "profile", "concurrency": [2], "max_tokens": 64, "ignore_eos": True}]
+    assert fake_load == [{"arm": "profile", "concurrency": [2], "max_tokens": 64, "ignore_eos": True,
+                          "api_key_env": None}]
     assert (run.path / "profile_capture.json").exists()
 
 
@@ -131,3 +135,19 @@ def test_collect_traces_from_a_folder_or_files(tmp_path: Path) -> None:
     traces, _ = collect_traces([source / "rank1.1.pt.trace.json.gz"], tmp_path / "run2")
     assert [p.name for p in traces] == ["rank1.1.pt.trace.json.gz"]
     assert wait_for_traces(source, {}, timeout_s=1.0, settle_s=0.2, expect=2)
+
+
+def test_a_server_behind_an_api_key_gets_it_on_every_call(
+        tmp_path: Path, fake_load: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECLAB_PROFILE_KEY", "k-123")
+    fake = FakeProfiler(tmp_path)
+    for endpoint in fake.serve():
+        capture_profile(Live(endpoint, "SPECLAB_PROFILE_KEY"), tmp_path / "run", window_s=0.2, warmup_s=0.0,
+                        trace_dir=tmp_path)
+    assert fake.keys == ["Bearer k-123", "Bearer k-123"]
+    assert fake_load[0]["api_key_env"] == "SPECLAB_PROFILE_KEY"  # the load carries it too
+    refusing = FakeProfiler(tmp_path / "x", status=401)
+    for endpoint in refusing.serve():
+        with pytest.raises(SpeclabError, match=r"refused the API key from \$SPECLAB_PROFILE_KEY"):
+            capture_profile(Live(endpoint, "SPECLAB_PROFILE_KEY"), tmp_path / "run2", window_s=0.1, warmup_s=0.0,
+                            trace_dir=tmp_path)

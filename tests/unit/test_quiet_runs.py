@@ -69,3 +69,19 @@ def test_tcmalloc_setup_says_how_when_it_cannot_install(tmp_path: Path) -> None:
     assert result.returncode == 0  # never fails make setup
     assert result.stdout.strip().startswith("tcmalloc not installed (needs root and apt-get): run 'sudo apt-get "
                                             "install libtcmalloc-minimal4'")
+
+
+def test_the_demo_times_drafter_training_as_its_own_phase_once(tmp_path, monkeypatch) -> None:
+    from speclab import drafter_train
+    from speclab.cli import workbook as cli_workbook
+
+    calls = []
+    monkeypatch.setattr(drafter_train, "trained_head_dir", lambda *a, **k: tmp_path)
+    monkeypatch.setattr(drafter_train, "ensure_trained_head", lambda **k: calls.append(k) or tmp_path)
+    phases: list = []
+    cli_workbook._ensure_demo_drafter(phases)
+    assert [name for name, _ in phases] == ["EAGLE-3 head training (first run only)"]
+    assert calls and calls[0]["seconds"] == 480.0 and calls[0]["prompts"] == 280
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    cli_workbook._ensure_demo_drafter(phases)  # cached: no second phase, no training
+    assert len(phases) == 1 and len(calls) == 1

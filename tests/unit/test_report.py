@@ -170,3 +170,16 @@ def test_recommendation_never_pays_back_when_the_option_saves_nothing(bundle: re
     (record,) = report.decision_records(slow, [])
     assert record.payback_h is not None and math.isinf(record.payback_h)
     assert "never pays back" in record.verdict
+
+
+def test_a_section_never_shows_local_paths(tmp_path: Path) -> None:
+    """Sections write what they like (04 names the baseline it replayed); the report cuts it."""
+    run = Run.create("04-moespec", {}, kind="04-moespec", outputs_root=tmp_path)
+    baseline = "/home/someone/work/outputs/2026-12-01/101010-01-baseline-default"
+    write_section(run.path, kind="moe-what-if", title="MoE", summary=[f"replayed over {baseline}"],
+                  tables={"acceptance": pd.DataFrame({"source": [f"requests of {baseline}"], "share": [0.5]})},
+                  notes=[f"no tokenizer at {baseline}/model"])
+    run.finalize("ok")
+    (section,) = report.latest_sections(tmp_path)
+    html = "".join(str(getattr(p, "data", "") or "") for p in report.render_section(section))
+    assert "/home/someone" not in html and "101010-01-baseline-default" in html

@@ -360,3 +360,27 @@ def test_cli_takes_the_cost_model_and_restart_time_of_a_baseline_run(tmp_path: P
     assert main(["replay-logs", "--log", str(log), "--single-process", "--baseline-run", str(baseline),
                  "--cost-model", "x.yaml"]) == 1
     assert "not both" in capsys.readouterr().err
+
+
+def test_tokenizer_check_carries_the_api_key_and_never_shows_a_password(
+        model_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = ChatTokenizer.from_folder(model_folder)
+    records = [normalise_row(r, i)[0] for i, r in enumerate(generate_rows(2, seed=1))]
+    monkeypatch.setenv("SPECLAB_TEST_KEY", "sekrit")
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return httpx.Response(401, json={"error": "Unauthorized"})
+
+    with pytest.raises(SpeclabError, match=r"refused the API key from \$SPECLAB_TEST_KEY") as refused:
+        check_against_server(tok, records, "http://srv:8000/v1", transport=httpx.MockTransport(handler),
+                             api_key_env="SPECLAB_TEST_KEY")
+    assert seen == ["Bearer sekrit"] and "sekrit" not in str(refused.value)
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500)
+
+    with pytest.raises(SpeclabError) as failed:
+        check_against_server(tok, records, "http://me:hunter2@srv:8000", transport=httpx.MockTransport(broken))
+    assert "hunter2" not in str(failed.value) and "HTTP 500" in str(failed.value)

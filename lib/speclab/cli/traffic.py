@@ -57,7 +57,8 @@ def cmd_replay_logs(args: argparse.Namespace) -> int:
             args.log, run.path, options, model_dir=args.model, cost_model=model, load_time_s=load_time_s,
             workers=workers, ray_address=args.ray_address, batch_size=args.batch_size, fmt=args.format,
             max_rows=args.max_rows, bin_minutes=args.bin_minutes, max_model_len=args.max_model_len,
-            benchmark_predictions=predictions, server_url=args.server, suffix_python=args.suffix_python,
+            benchmark_predictions=predictions, server_url=args.server, api_key_env=args.api_key_env,
+            suffix_python=args.suffix_python,
             progress=not args.quiet)
         run.update(traffic={"throughput": report.throughput(), "bad_rows": report.replay.bad_rows,
                             "rows": report.replay.rows, "notes": report.notes})
@@ -109,6 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bin-minutes", type=float, default=15.0, help="time bin of the concurrency profile")
     p.add_argument("--max-model-len", type=int, default=None, help="default: the model's max_position_embeddings")
     p.add_argument("--server", help="check tokenisation against this server's /tokenize first")
+    p.add_argument("--api-key-env", help="environment variable holding the --server's API key (never stored)")
     p.add_argument("--suffix-python", help="python with arctic-inference (default: the embedded server venv)")
     p.add_argument("--resume", help="an earlier replay-logs run folder: finished batches are kept")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -18,11 +18,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from speclab.errors import SpeclabError
+from speclab.options import Engine
 from speclab.runs import Run, write_json
 
 TRACES_DIR = "traces"
@@ -178,7 +179,8 @@ def _trace_dir_of(live: Any, trace_dir: str | Path | None) -> Path:
     )
 
 
-def _post(client: httpx.Client, url: str, what: str, **kwargs: Any) -> httpx.Response:
+def _post(client: httpx.Client, url: str, what: str, api_key_env: str | None = None,
+          **kwargs: Any) -> httpx.Response:
     try:
         response = client.post(url, **kwargs)
     except httpx.TimeoutException:
@@ -188,6 +190,10 @@ def _post(client: httpx.Client, url: str, what: str, **kwargs: Any) -> httpx.Res
         ) from None
     except httpx.HTTPError as exc:
         raise SpeclabError(f"{what} failed ({url}): {exc}; is the server up?") from None
+    if response.status_code in (401, 403):
+        from speclab.auth import auth_refused
+
+        raise auth_refused(response.status_code, url, api_key_env)
     if response.status_code == 404:
         raise SpeclabError(
             f"{url} answered 404: the server runs without a profiler; start vLLM with "
@@ -209,7 +215,7 @@ def capture_profile(
     rounds: int = 2,
     categories: list[str] | None = None,
     trace_dir: str | Path | None = None,
-    engine: Literal["vllm", "sglang"] | None = None,
+    engine: Engine | None = None,
     sglang_num_steps: int | None = None,
     sglang_output_dir: str | None = None,
     stop_timeout_s: float = 600.0,
@@ -247,6 +253,7 @@ def capture_profile(
     config = SweepConfig(
         concurrency=[concurrency], per_category=per_category, max_tokens=max_tokens,
         categories=categories, warmup_requests=0, ignore_eos=ignore_eos, reuse_prompts=True,
+        api_key_env=getattr(live, "api_key_env", None),
     )
     load_error: list[BaseException] = []
 
@@ -258,14 +265,19 @@ def capture_profile(
 
     before = _snapshot(source)
     load = threading.Thread(target=drive, name="speclab-profile-load", daemon=True)
-    client = httpx.Client(timeout=httpx.Timeout(30.0, read=stop_timeout_s))
+    from speclab.auth import auth_headers, basic_auth_headers
+
+    # /start_profile and /stop_profile sit behind the same --api-key as the rest
+    api_key_env = getattr(live, "api_key_env", None)
+    headers = auth_headers(api_key_env) or basic_auth_headers(live.endpoint)
+    client = httpx.Client(timeout=httpx.Timeout(30.0, read=stop_timeout_s), headers=headers)
     try:
         load.start()
         time.sleep(warmup_s)
         if load_error:
             raise SpeclabError(f"The load failed before the profile window: {load_error[0]}")
-        start_url = live.endpoint.at_root("start_profile")
-        stop_url = live.endpoint.at_root("stop_profile")
+        start_url = live.endpoint.without_credentials().at_root("start_profile")
+        stop_url = live.endpoint.without_credentials().at_root("stop_profile")
         body: dict[str, Any] | None = None
         if engine_name == "sglang":
             body = {"activities": ["CPU", "GPU"]}
@@ -275,7 +287,7 @@ def capture_profile(
                 body["output_dir"] = sglang_output_dir
         result.started_utc = _utc()
         opened = time.perf_counter()
-        _post(client, start_url, "POST /start_profile", json=body)
+        _post(client, start_url, "POST /start_profile", api_key_env, json=body)
         if engine_name == "sglang" and sglang_num_steps:
             # SGLang stops by itself after num_steps (newer builds answer only then).
             result.window_s = time.perf_counter() - opened
@@ -284,7 +296,7 @@ def capture_profile(
             result.window_s = time.perf_counter() - opened
             result.load_running_at_stop = load.is_alive()
             closing = time.perf_counter()
-            _post(client, stop_url, "POST /stop_profile")
+            _post(client, stop_url, "POST /stop_profile", api_key_env)
             result.stop_s = time.perf_counter() - closing
         result.stopped_utc = _utc()
         if not result.load_running_at_stop:
