@@ -30,7 +30,7 @@ tcmalloc: ## tcmalloc for the embedded server (apt-get when root; otherwise says
 setup: venv server-venv tcmalloc ## venvs + tcmalloc + the embedded model converted once (cached in ~/.cache/speclab)
 	@$(BIN)/speclab setup --eagle3
 
-train-drafter: setup ## train the embedded model's EAGLE-3 head once (~18 min on 2 cores: answers, features, 8 min of training; cached)
+train-drafter: setup ## train the embedded model's EAGLE-3 head once (13-18 min on 2 cores: answers, features, 8 min of training; cached)
 	@$(BIN)/python -m speclab.drafter_train
 
 demo: setup ## run the whole workbook on the embedded server; prints wall time by phase and the report's path

