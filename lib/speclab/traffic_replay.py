@@ -368,8 +368,8 @@ def replay_log(log: str | Path, run_dir: str | Path, options: Sequence[ReplayOpt
             drain(0)
     finally:
         bar.close()
-        if ray is not None and not keep_ray and not ray_address:
-            ray.shutdown()
+        if ray is not None and not keep_ray:
+            ray.shutdown()  # a local Ray stops; a cluster is only disconnected from
     wall = time.perf_counter() - started
     result = read_log_replay(run_dir)
     result.stats.update({"wall_s": wall, "skipped_batches": skipped, "workers": workers,

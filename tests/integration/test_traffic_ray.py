@@ -64,4 +64,8 @@ def test_a_ray_address_runs_the_replay_on_that_cluster(tmp_path: Path, vllm_lock
         assert remote.stats["engine"] == "ray"
         pd.testing.assert_frame_equal(single.requests, remote.requests)
     finally:
+        import ray
+
+        if ray.is_initialized():  # a driver still attached when its cluster stops is killed with it
+            ray.shutdown()
         subprocess.run([ray_cli, "stop", "--force"], env=env, timeout=120, capture_output=True)
