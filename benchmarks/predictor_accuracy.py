@@ -183,6 +183,14 @@ def analyse(out: Path, options: list[SpecOption], rounds: int, model: Calibrated
     print(f"all options at c <= 8: category cells within 10 %: {(low['error_pct'].abs() <= 10).sum()}/{len(low)}"
           + (f" (against the two rounds' mean {(low['error_vs_rounds_pct'].abs() <= 10).sum()}/{len(low)})"
              if "error_vs_rounds_pct" in low else ""))
+    if "round_spread_pct" in low:
+        # Each round is the truth plus its own noise e (sd s); a perfect model's error against
+        # one round is e alone, the two rounds differ by e2 - e1 (sd s*sqrt(2)). So a perfect
+        # model would be within 10 % about where the rounds are within 10*sqrt(2) % of each other.
+        spread = low["round_spread_pct"].abs()
+        print(f"noise ceiling at c <= 8: the two rounds within 10 % of each other in {(spread <= 10).sum()}/{len(low)} "
+              f"cells, within 14.1 % (what a perfect model's 10 % against one round corresponds to) in "
+              f"{(spread <= 10 * 2 ** 0.5).sum()}/{len(low)}")
     print(f"all options: |error| median {errors.median():.1f} %, within 10 %: "
           f"{(cells['error_pct'].abs() <= 10).sum()}/{len(cells)} category cells; "
           f"interval coverage {result['within_interval'].mean():.0%} of {len(result)} cells")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -20,6 +21,7 @@ from speclab.options import SpecOption
 from speclab.predict import calibrate_from_runs
 from speclab.prompts import Prompt
 from speclab.runfolder import Plan, PlannedRequest
+from speclab.runs import MANIFEST, read_json
 from speclab.target import ServerTarget
 
 
@@ -81,11 +83,49 @@ class VerifyCostCalibration:
     points: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+BASELINE_ON_LIVE = "verify-cost-baseline"  # the folder name of a baseline arm swept on a running server
+
+
+def measure_calibration_baseline(
+    live: Any,
+    target: ServerTarget,
+    config: SweepConfig,
+    *,
+    prompts: Sequence[Prompt] | None = None,
+    split_concurrency: Sequence[int] | None = None,
+    outputs_root: str | Path,
+    progress: bool = False,
+) -> Path:
+    """The calibration's baseline arm swept on ``live``, a server already running ``target``
+    with speculation off (01-baseline's own: one server start fewer, and the calibration
+    compares against the instance the baseline was measured on). Returns its run folder,
+    ``outputs_root/verify-cost-baseline``, which :func:`measure_verify_cost` takes as
+    ``baseline_run``."""
+    if target.option.method != "baseline":
+        raise SpeclabError("The calibration's baseline arm needs a server with speculation off.")
+    plan = plan_per_category(config, prompts, split_concurrency)
+    result = bench(target, config, name=BASELINE_ON_LIVE, run_dir=Path(outputs_root) / BASELINE_ON_LIVE,
+                   plan=plan, progress=progress, live=live)
+    return result.run_dir
+
+
+def finished_calibration_baseline(outputs_root: str | Path) -> Path | None:
+    """The baseline arm :func:`measure_calibration_baseline` left under ``outputs_root``,
+    if it finished (an interrupted one is measured again)."""
+    folder = Path(outputs_root) / BASELINE_ON_LIVE
+    try:
+        manifest = read_json(folder / MANIFEST)
+    except SpeclabError:  # missing or unreadable: not finished
+        return None
+    return folder if manifest.get("status") == "ok" and (folder / "plan.json").exists() else None
+
+
 def measure_verify_cost(
     spec_target: ServerTarget,
     config: SweepConfig,
     *,
     baseline_target: ServerTarget | None = None,
+    baseline_run: Path | None = None,
     prompts: Sequence[Prompt] | None = None,
     split_concurrency: Sequence[int] | None = None,
     name: str = "verify-cost",
@@ -99,15 +139,21 @@ def measure_verify_cost(
     (default: ``spec_target`` with speculation off) and on ``spec_target`` (a
     :class:`speclab.target.ServerTarget` with a speculative option); each is a run folder
     of its own. Then fits :func:`calibrate_from_runs`. Use prompts other than the ones
-    you will predict for, and the concurrencies you will predict at.
+    you will predict for, and the concurrencies you will predict at. ``baseline_run``: a
+    finished baseline arm of this calibration (:func:`measure_calibration_baseline`); its
+    plan is swept on ``spec_target`` and no baseline server is started.
     """
     if spec_target.option.method == "baseline":
         raise SpeclabError("measure_verify_cost needs a speculative option on spec_target (e.g. ngram).")
-    baseline_target = baseline_target or spec_target.model_copy(update={"option": SpecOption()})
-    plan = plan_per_category(config, prompts, split_concurrency)
-    base = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress,
-                 outputs_root=outputs_root)
+    if baseline_run is not None:
+        plan = Plan.load(baseline_run)
+        base_dir = Path(baseline_run)
+    else:
+        baseline_target = baseline_target or spec_target.model_copy(update={"option": SpecOption()})
+        plan = plan_per_category(config, prompts, split_concurrency)
+        base_dir = bench(baseline_target, config, name=f"{name}-baseline", plan=plan, progress=progress,
+                         outputs_root=outputs_root).run_dir
     spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress,
                  outputs_root=outputs_root)
-    model = calibrate_from_runs(base.run_dir, spec.run_dir)
-    return VerifyCostCalibration(model, base.run_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())
+    model = calibrate_from_runs(base_dir, spec.run_dir)
+    return VerifyCostCalibration(model, base_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())

@@ -182,6 +182,9 @@ def losslessness_verdict(table: pd.DataFrame, dtype: str | None) -> str:
 # single-stream TPOT by several percent.
 FOREIGN_CPU_TOLERANCE_CORES = 0.25
 STEAL_TOLERANCE_PCT = 5.0
+# How far apart two arms' median host-speed probes may be before the host itself is called
+# slower during one of them (the probe's own spread on a quiet host: docs/predictor.md).
+HOST_PROBE_TOLERANCE = 0.12
 
 
 def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -191,12 +194,14 @@ def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
         loads = [h for h in frame.get("host_load", []) if isinstance(h, dict)]
         foreign = [h["foreign_cpu_cores"] for h in loads if h.get("foreign_cpu_cores") is not None]
         steal = [h["cpu_steal_pct"] for h in loads if h.get("cpu_steal_pct") is not None]
+        probe = [h["host_probe_ms"] for h in loads if h.get("host_probe_ms") is not None]
         rows.append({"arm": arm, "levels": len(loads),
                      "foreign_cpu_cores_mean": float(np.mean(foreign)) if foreign else None,
                      "foreign_cpu_cores_max": float(np.max(foreign)) if foreign else None,
-                     "cpu_steal_pct_max": float(np.max(steal)) if steal else None})
+                     "cpu_steal_pct_max": float(np.max(steal)) if steal else None,
+                     "host_probe_ms_median": float(np.median(probe)) if probe else None})
     return pd.DataFrame(rows, columns=["arm", "levels", "foreign_cpu_cores_mean", "foreign_cpu_cores_max",
-                                       "cpu_steal_pct_max"])
+                                       "cpu_steal_pct_max", "host_probe_ms_median"])
 
 
 def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
@@ -216,6 +221,15 @@ def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
     steal = host_load_by_arm(levels)["cpu_steal_pct_max"].dropna()
     if len(steal) and steal.max() > STEAL_TOLERANCE_PCT:
         problems.append(f"the hypervisor took up to {steal.max():.0f} % of the CPU (steal)")
+    probes = host_load_by_arm(levels).dropna(subset=["host_probe_ms_median"])
+    if len(probes) >= 2:
+        slow = probes.sort_values("host_probe_ms_median").iloc[-1]
+        fast = probes.sort_values("host_probe_ms_median").iloc[0]
+        ratio = slow["host_probe_ms_median"] / fast["host_probe_ms_median"]
+        if ratio > 1 + HOST_PROBE_TOLERANCE:
+            problems.append(f"the host itself ran {100 * (ratio - 1):.0f} % slower during {slow['arm']} than during "
+                            f"{fast['arm']} (a fixed CPU probe before each level; no process of this host explains "
+                            "it: a neighbour on the same physical cores, or a lower clock)")
     if not problems:
         return None
     return ("CONTAMINATED comparison: " + "; ".join(problems)

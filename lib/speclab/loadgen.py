@@ -472,6 +472,7 @@ def measure_sweep(
             if config.reset_prefix_cache:
                 with contextlib.suppress(httpx.HTTPError):
                     control.post(ep.at_root("reset_prefix_cache"))
+            probe_ms = hostload.speed_probe_ms()  # the server is idle between levels
             _warm_up(ep, model, config, config.warmup_requests, arm)
             before = _scrape(control, ep)
             load_before = hostload.sample()
@@ -511,7 +512,8 @@ def measure_sweep(
                 records, concurrency=concurrency, rate=rate, counters=counters,
                 foreign=foreign, harness=harness)
             level_summary.update({"level": level, "repeat": repeat, "arm": arm,
-                                  "host_load": hostload.window(load_before, load_after)})
+                                  "host_load": {**hostload.window(load_before, load_after),
+                                                "host_probe_ms": probe_ms}})
             result.levels.append(level_summary)
             result.records.extend(records)
             with open(run.path / LEVELS_JSONL, "ab") as handle:
@@ -539,11 +541,14 @@ def bench(
     outputs_root: str | Path | None = None,
     plan: Plan | None = None,
     progress: bool = True,
+    live: Any = None,
 ) -> SweepResult:
     """Serve (or reach) ``target``, sweep it, and record everything in one run folder.
 
     ``target`` is a :class:`speclab.target.ServerTarget`. The CLI's ``speclab bench`` and
-    the notebooks call this same function.
+    the notebooks call this same function. ``live``: a
+    :class:`speclab.target.LiveServer` already serving ``target`` (one the caller started
+    for something else), swept as it is instead of starting another.
     """
     from speclab.target import serve_target
 
@@ -556,5 +561,9 @@ def bench(
               "option": target.option.model_dump(mode="json"), **config.sweep_only().model_dump(mode="json")}
     run = Run.create(name, params, kind="bench", run_dir=run_dir, outputs_root=outputs_root)
     arm = target.option.method
-    with run.recording(), serve_target(target, run) as live:
+    with run.recording(), contextlib.ExitStack() as stack:
+        if live is None:
+            live = stack.enter_context(serve_target(target, run))
+        else:
+            run.set_server(live.identity)
         return measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm=arm, progress=progress)

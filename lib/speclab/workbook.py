@@ -16,8 +16,10 @@ from speclab.options import SpecOption, default_option
 from speclab.params import BaselineParams, Eagle3Params, ProfileNotebookParams, SpecParams, _NotebookParams
 from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
 from speclab.profiling.capture import CaptureResult, capture_profile
+from speclab.prompts import Prompt
 from speclab.runfolder import Plan, RunData, latest_run, load_run
 from speclab.runs import Run
+from speclab.sweep import SweepConfig
 from speclab.tables import COST_MODEL_JSON, PREDICTIONS_PARQUET, load_cost_model
 from speclab.target import serve_target
 
@@ -74,7 +76,34 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="baseline",
                                progress=progress)
+        if params.verify_cost == "calibrate":
+            # The calibration's baseline arm on this same server: one start fewer (25-35 s
+            # on 2 cores), and the verify cost is read against the instance measured here.
+            from speclab.calibration import measure_calibration_baseline
+
+            cal_config, pool, said = _calibration_inputs(params, set(plan.prompts))
+            print(f"speclab: {said}; its baseline arm runs on this server now")
+            try:
+                measure_calibration_baseline(live, target, cal_config, prompts=pool,
+                                             split_concurrency=[min(cal_config.concurrency)],
+                                             outputs_root=run.path / "calibration", progress=progress)
+            except SpeclabError as exc:  # the baseline above is measured and kept whatever happens here
+                print(f"speclab: the calibration's baseline arm failed ({exc.message}); "
+                      "verify_cost_model measures it again on a fresh server.")
         return SweepOutcome(result, live.identity)
+
+
+def _calibration_inputs(params: BaselineParams, used: set[str]) -> tuple[SweepConfig, list[Prompt], str]:
+    """The verify-cost calibration's sweep, its prompts (none the baseline used) and the
+    sentence saying which they are."""
+    from speclab.calibration import calibration_prompts
+
+    pool, said = calibration_prompts(params.prompts, params.categories, used)
+    # The pool is passed in: its own categories, not the baseline's, choose the plan.
+    config = params.sweep_only().model_copy(update={
+        "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1,
+        "prompts": None, "categories": None})
+    return config, pool, said
 
 
 def resolve_baseline(baseline_run: str | None, outputs_root: str | None) -> Path:
@@ -146,27 +175,27 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
     cost_model.json so 02-ngram and 05-report predict with the same model.
     """
-    from speclab.calibration import calibration_prompts, measure_verify_cost
+    from speclab.calibration import finished_calibration_baseline, measure_verify_cost
     from speclab.costmodel import VerifyCost
     from speclab.embedded import embedded_option
 
     record: dict[str, Any] = {"source": params.verify_cost}
     if params.verify_cost == "calibrate":
         used = set(Plan.load(run.path).prompts)  # calibrate on prompts the baseline did not use
-        pool, said = calibration_prompts(params.prompts, params.categories, used)
-        print(f"speclab: {said}")
+        config, pool, said = _calibration_inputs(params, used)
         record["calibration_prompts"] = said
-        # The pool is passed in: its own categories, not the baseline's, choose the plan.
-        config = params.sweep_only().model_copy(update={
-            "per_category": params.calibration_per_category, "warmup_requests": 1, "repeats": 1,
-            "prompts": None, "categories": None})
+        # run_baseline swept the baseline arm on its own server; only a run that lacks
+        # it (an interrupted one, or a caller that skipped run_baseline) measures it here.
+        baseline_arm = finished_calibration_baseline(run.path / "calibration")
+        if baseline_arm is None:
+            print(f"speclab: {said}")
         target = params.target(embedded_option("ngram"))
         # one category per level at the lowest concurrency (a spread of draft tokens per
         # step), mixed levels above it (full batches at the sizes predicted): the plan
         # make bench-predictor validates (docs/predictor.md)
-        calibration = measure_verify_cost(target, config, prompts=pool, progress=progress,
+        calibration = measure_verify_cost(target, config, prompts=pool, baseline_run=baseline_arm,
                                           split_concurrency=[min(config.concurrency)],
-                                          outputs_root=run.path / "calibration")
+                                          progress=progress, outputs_root=run.path / "calibration")
         record.update(calibration_baseline_run=str(calibration.baseline_run),
                       calibration_spec_run=str(calibration.spec_run))
     elif params.verify_cost == "explicit":

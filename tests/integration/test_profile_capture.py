@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from speclab.profiling import analyse_profile
@@ -36,4 +37,6 @@ def test_capture_and_bucket_a_real_cpu_trace(tmp_path: Path) -> None:
     assert decode["dense_gemm"] > 0.3
     assert decode.idxmax() == "dense_gemm"
     assert (run.path / "requests.jsonl").exists() and (run.path / "profile_capture.json").exists()
+    # the load is rounds x concurrency requests (default 2 rounds), not whole categories
+    assert len(pd.read_json(run.path / "requests.jsonl", lines=True)) == 2 * 2
     assert time.monotonic() - started < 240

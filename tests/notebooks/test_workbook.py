@@ -67,7 +67,15 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
     import pandas as pd
 
     cost = json.loads((baseline / "cost_model.json").read_text())
+    levels = json.loads((baseline / "summary.json").read_text())["levels"]
+    assert all(level["host_load"]["host_probe_ms"] > 0 for level in levels)  # host speed probed per level
     assert cost["source"] == "calibrate" and cost["model"]["per_verified_token_ms"] >= 0
+    # its baseline arm ran on 01's own server (no second baseline start), the n-gram arm on its own
+    calib_base = Path(cost["calibration_baseline_run"])
+    assert calib_base == baseline / "calibration" / "verify-cost-baseline"
+    assert Run.open(calib_base).manifest["server"]["pid"] == Run.open(baseline).manifest["server"]["pid"]
+    assert Run.open(Path(cost["calibration_spec_run"])).manifest["params"]["option"]["method"] == "ngram"
+    assert sorted(p.name for p in baseline.rglob("server-*.log")) == ["server-baseline.log", "server-ngram.log"]
     predicted = pd.read_parquet(baseline / "predictions.parquet")
     assert {"ngram k=4 (2..4)", "suffix k=8"} <= set(predicted["option"])
     assert predicted["predicted_speedup"].between(0.2, 10).all()

@@ -73,3 +73,24 @@ def test_a_comparison_under_changed_load_is_called_contaminated() -> None:
     assert table.loc["ngram", "foreign_cpu_cores_mean"] == pytest.approx(0.8)
     # runs recorded before host load existed: nothing to say, no error
     assert load_contamination({"a": pd.DataFrame({"concurrency": [1]}), "b": _levels(0.9)}) is None
+
+
+def _probed(*probe_ms: float) -> pd.DataFrame:
+    return pd.DataFrame({"concurrency": list(range(1, len(probe_ms) + 1)),
+                         "host_load": [{"foreign_cpu_cores": 0.02, "cpu_steal_pct": 0.0, "host_probe_ms": p}
+                                       for p in probe_ms]})
+
+
+def test_a_host_that_ran_slower_during_one_arm_is_named() -> None:
+    steady = {"baseline": _probed(10.0, 10.4, 9.9), "ngram": _probed(10.3, 10.1, 10.6)}
+    assert load_contamination(steady) is None
+    slowed = {"baseline": _probed(10.0, 10.4, 9.9), "ngram": _probed(12.8, 13.1, 12.9)}
+    sentence = load_contamination(slowed)
+    assert sentence is not None and sentence.startswith("CONTAMINATED")
+    assert "29 % slower during ngram than during baseline" in sentence  # 12.9 / 10.0 medians
+    assert host_load_by_arm(slowed).set_index("arm").loc["ngram", "host_probe_ms_median"] == pytest.approx(12.9)
+
+
+def test_the_probe_times_real_work() -> None:
+    probe = hostload.speed_probe_ms(repeats=2)
+    assert isinstance(probe, float) and 0.5 < probe < 5000.0  # ms of a fixed workload, not a stub

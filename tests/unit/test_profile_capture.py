@@ -72,9 +72,10 @@ def fake_load(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """measure_sweep replaced by a load that runs for a second."""
     seen: list[dict[str, Any]] = []
 
-    def load(endpoint: Any, model: str, config: Any, run: Run, *, arm: str, progress: bool) -> None:
+    def load(endpoint: Any, model: str, config: Any, run: Run, *, plan: Any, arm: str, progress: bool) -> None:
         seen.append({"arm": arm, "concurrency": config.concurrency, "max_tokens": config.max_tokens,
-                     "ignore_eos": config.ignore_eos, "api_key_env": config.api_key_env})
+                     "ignore_eos": config.ignore_eos, "api_key_env": config.api_key_env,
+                     "requests": len(plan.requests)})
         time.sleep(1.0)
 
     monkeypatch.setattr("speclab.loadgen.measure_sweep", load)
@@ -96,8 +97,9 @@ def test_capture_collects_the_new_traces(tmp_path: Path, fake_load: list[dict[st
     assert [p.name for p in result.side_files] == ["rank0.profiler_out.txt"]
     assert result.stop_s >= 0.3 and 0.3 <= result.window_s < 1.0
     assert result.load_running_at_stop
+    # rounds (2) x concurrency (2) requests, not whole categories (one per category would be 7)
     assert fake_load == [{"arm": "profile", "concurrency": [2], "max_tokens": 64, "ignore_eos": True,
-                          "api_key_env": None}]
+                          "api_key_env": None, "requests": 4}]
     assert (run.path / "profile_capture.json").exists()
 
 

@@ -234,7 +234,8 @@ def capture_profile(
     ``sglang_num_steps`` asks the server to stop by itself after that many forward steps.
     Writes ``profile_capture.json`` and returns the copied traces.
     """
-    from speclab.loadgen import SweepConfig, measure_sweep
+    from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
+    from speclab.runfolder import Plan
 
     if isinstance(run, (str, Path)):
         folder = Path(run)
@@ -255,11 +256,17 @@ def capture_profile(
         categories=categories, warmup_requests=0, ignore_eos=ignore_eos, reuse_prompts=True,
         api_key_env=getattr(live, "api_key_env", None),
     )
+    # Exactly rounds x concurrency requests: a per-category plan rounds up to whole
+    # categories (14 where 8 were asked at c=4), and every request past the window only
+    # lengthens the run (by ~30 s on the embedded server).
+    full = plan_sweep(config)
+    kept = full.requests[:concurrency * rounds]
+    plan = Plan(kept, {r.prompt_id: full.prompts[r.prompt_id] for r in kept}, full.reused_prompts, full.notes)
     load_error: list[BaseException] = []
 
     def drive() -> None:
         try:
-            measure_sweep(live.endpoint, live.model, config, run, arm="profile", progress=False)
+            measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="profile", progress=False)
         except BaseException as exc:  # noqa: BLE001 - reported after the window
             load_error.append(exc)
 
