@@ -20,6 +20,7 @@ $(BIN)/.installed: pyproject.toml
 	@echo "workbook venv ready: $(VENV)"
 
 venv: $(BIN)/.installed ## create the workbook venv (.venv)
+	@:
 
 server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 GB)
 	@bash scripts/install-server.sh 2>&1 | grep -v "^WARNING: Location"
@@ -27,7 +28,9 @@ server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 G
 tcmalloc: ## tcmalloc for the embedded server (apt-get when root; otherwise says how)
 	@bash scripts/install-tcmalloc.sh
 
-setup: venv server-venv tcmalloc ## venvs + tcmalloc + the embedded model converted once (cached in ~/.cache/speclab)
+setup: ## venvs (built side by side) + tcmalloc + the embedded model converted once (cached in ~/.cache/speclab)
+	@$(MAKE) --no-print-directory -j2 venv server-venv
+	@$(MAKE) --no-print-directory tcmalloc
 	@$(BIN)/speclab setup --eagle3
 
 train-drafter: setup ## train the embedded model's EAGLE-3 head once (13-18 min on 2 cores: answers, features, 8 min of training; cached)
