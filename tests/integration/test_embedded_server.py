@@ -69,8 +69,11 @@ def test_start_stream_count_stop(method: str) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_killing_speclab_serve_leaves_no_vllm(sig: int, tmp_path) -> None:
     port = free_port()
+    # A shell without job control starts background jobs with SIGINT ignored, and Python keeps
+    # an inherited SIG_IGN; give the server what a terminal gives it, the default disposition.
     proc = subprocess.Popen([sys.executable, "-m", "speclab.cli", "serve", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     healthy = False
     while time.time() < deadline and proc.poll() is None:
@@ -84,7 +87,16 @@ def test_killing_speclab_serve_leaves_no_vllm(sig: int, tmp_path) -> None:
     assert healthy, proc.stdout.read() if proc.poll() is not None else "never healthy"
     assert not no_vllm_running()
     proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=60)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # never leave a server behind for the next test
+        proc.terminate()  # speclab serve stops its vLLM on SIGTERM
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        pytest.fail(f"speclab serve ignored signal {sig} for 60 s:\n{out[-2000:]}")
     time.sleep(1)
     assert no_vllm_running(), out
     with pytest.raises(httpx.HTTPError):
