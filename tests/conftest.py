@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -10,6 +11,12 @@ from pathlib import Path
 import pytest
 
 FAKES = Path(__file__).parent / "fakes"
+
+# A shell without job control (a CI script's `cmd &`, nohup) starts background jobs with SIGINT
+# ignored, Python keeps an inherited SIG_IGN, and every process the tests start inherits it
+# too. The signal tests mean what a terminal's Ctrl-C does, so the suite runs with the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -69,11 +69,8 @@ def test_start_stream_count_stop(method: str) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_killing_speclab_serve_leaves_no_vllm(sig: int, tmp_path) -> None:
     port = free_port()
-    # A shell without job control starts background jobs with SIGINT ignored, and Python keeps
-    # an inherited SIG_IGN; give the server what a terminal gives it, the default disposition.
     proc = subprocess.Popen([sys.executable, "-m", "speclab.cli", "serve", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240
     healthy = False
     while time.time() < deadline and proc.poll() is None:
