@@ -65,7 +65,7 @@ bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench se
 	@$(BIN)/python benchmarks/ingest_ceiling.py
 	@$(BIN)/python benchmarks/fidelity.py
 
-bench-predictor: setup ## predicted vs measured speedup (with intervals, two rounds, c=1..16) on prompts the cost model never saw (~15 min)
+bench-predictor: setup ## predicted vs measured speedup (with intervals, two rounds, c=1..16) on prompts the cost model never saw (12 min on a fast hour in bf16, 24 in float32)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py
 
 bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core

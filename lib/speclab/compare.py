@@ -210,7 +210,8 @@ def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
     Arms measured under different neighbour load are not comparable on a shared host: the
     difference in load shows up as a difference in speed that no option caused.
     """
-    table = host_load_by_arm(levels).dropna(subset=["foreign_cpu_cores_mean"])
+    by_arm = host_load_by_arm(levels)
+    table = by_arm.dropna(subset=["foreign_cpu_cores_mean"])
     problems = []
     if len(table) >= 2:
         spread = table["foreign_cpu_cores_mean"].max() - table["foreign_cpu_cores_mean"].min()
@@ -218,10 +219,10 @@ def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
             worst = table.sort_values("foreign_cpu_cores_mean").iloc[-1]
             problems.append(f"other processes used {spread:.2f} more cores during some arms than others "
                             f"(most during {worst['arm']}: {worst['foreign_cpu_cores_mean']:.2f} cores)")
-    steal = host_load_by_arm(levels)["cpu_steal_pct_max"].dropna()
+    steal = by_arm["cpu_steal_pct_max"].dropna()
     if len(steal) and steal.max() > STEAL_TOLERANCE_PCT:
         problems.append(f"the hypervisor took up to {steal.max():.0f} % of the CPU (steal)")
-    probes = host_load_by_arm(levels).dropna(subset=["host_probe_ms_median"])
+    probes = by_arm.dropna(subset=["host_probe_ms_median"])
     if len(probes) >= 2:
         slow = probes.sort_values("host_probe_ms_median").iloc[-1]
         fast = probes.sort_values("host_probe_ms_median").iloc[0]
