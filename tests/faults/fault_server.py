@@ -14,7 +14,8 @@ streaming ``/v1/chat/completions`` like vLLM does (continuous usage, a usage chu
 ``malformed``   one good chunk, then a ``data:`` line that is not JSON;
 ``reset``       three chunks, then a TCP reset (SO_LINGER 0);
 ``truncated``   three of ``chunks`` chunks, then the body ends cleanly (HTTP-wise) with no
-                ``finish_reason``, no usage chunk and no ``[DONE]``;
+                ``finish_reason``, no usage chunk and no ``[DONE]``; 50 ms later the server
+                closes the connection it never announced closing;
 ``auth``        every path answers 401 unless ``Authorization: Bearer <api_key>``.
 """
 
@@ -225,6 +226,11 @@ class FaultServer:
                     return
                 if fault == "truncated":
                     self.wfile.write(b"0\r\n\r\n")  # a clean HTTP end, an incomplete stream
+                    # Close a moment later, without "Connection: close": a keep-alive client
+                    # has by then sent its next request on this connection, the race CI hit
+                    # by chance, now every time.
+                    self.wfile.flush()
+                    time.sleep(0.05)
                     self.close_connection = True
                     return
                 self._event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": total,

@@ -11,6 +11,14 @@ from speclab.client.sse import SSEDecoder, StreamAccumulator
 _perf = time.perf_counter
 
 
+def _stale(exc: Exception) -> bool:
+    """True for the error of a pooled keep-alive connection the server had already closed
+    (h11 saw the close before any byte of an answer): the request never reached the server,
+    so it is sent once more on a fresh connection, as the fast transport does. A disconnect
+    after the answer began reads differently and stays an error."""
+    return "without sending a response" in str(exc)
+
+
 class HttpxTransport:
     """The same interface on ``httpx.AsyncClient``; bytes go through ``SSEDecoder``."""
 
@@ -42,6 +50,17 @@ class HttpxTransport:
     async def stream(
         self, url: str, headers: dict[str, str], body: bytes, acc: StreamAccumulator
     ) -> None:
+        for attempt in (0, 1):
+            try:
+                await self._stream_once(url, headers, body, acc)
+                return
+            except self._httpx.RemoteProtocolError as exc:
+                if attempt or not _stale(exc):
+                    raise
+
+    async def _stream_once(
+        self, url: str, headers: dict[str, str], body: bytes, acc: StreamAccumulator
+    ) -> None:
         async with self.client.stream("POST", url, content=body, headers=headers) as resp:
             acc.http_status = resp.status_code
             if resp.status_code != 200:
@@ -57,8 +76,14 @@ class HttpxTransport:
             decoder.close(_perf())
 
     async def post_json(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
-        resp = await self.client.post(url, content=body, headers=headers)
-        return resp.status_code, resp.content
+        for attempt in (0, 1):
+            try:
+                resp = await self.client.post(url, content=body, headers=headers)
+                return resp.status_code, resp.content
+            except self._httpx.RemoteProtocolError as exc:
+                if attempt or not _stale(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
         await self.client.aclose()
