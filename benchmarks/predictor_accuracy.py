@@ -3,9 +3,11 @@
 On the embedded vLLM (SmolLM2-135M on the CPU):
 
 1. Baseline server: a calibration plan on CALIBRATION prompts (the first
-   ``--calibration-prompts`` of every category; one level per category at the lowest
-   concurrency, mixed levels above) and a mixed sweep on TEST prompts (the other prompts
-   of every category; disjoint ids), at the same concurrencies.
+   ``--calibration-prompts`` of every category, ``--calibration-per-category`` a level;
+   one level per category at the lowest concurrency, mixed levels above) and a mixed sweep
+   on TEST prompts (the other prompts of every category; disjoint ids, each used at one
+   level only; ``--test-per-category`` of every category a level, so a category x
+   concurrency cell holds that many prompts), at the same concurrencies.
 2. Predict, before any speculative server exists, per category x concurrency for the test
    prompts: n-gram (and suffix) acceptance from replaying the baseline's greedy outputs;
    step times from the baseline's own levels plus the verify cost. The verify cost is fitted
@@ -204,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, choices=[1, 2], help="2: rerun the test sweep, arms reversed")
     parser.add_argument("--options", default="ngram,suffix")
     parser.add_argument("--calibration-prompts", type=int, default=6, help="per category, for calibration")
-    parser.add_argument("--test-per-category", type=int, default=2)
+    parser.add_argument("--calibration-per-category", type=int, default=2,
+                        help="prompts per category in each calibration level (from the calibration prompts)")
+    # Four prompts a cell: one answer that the speculative run writes differently (bf16
+    # batched verification) moved a two-prompt cell by 15-25 % (docs/predictor.md, run 4).
+    parser.add_argument("--test-per-category", type=int, default=4,
+                        help="prompts per category x concurrency cell (distinct across levels)")
     parser.add_argument("--analyse", type=Path, metavar="DIR",
                         help="no measurement: print the comparisons of an earlier benchmark folder")
     args = parser.parse_args(argv)
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     # Calibrate at the concurrencies predicted: one level per category at the lowest (a
     # spread of draft tokens per step), mixed levels above it (full batches).
-    calib_config = SweepConfig(concurrency=levels, per_category=args.test_per_category,
+    calib_config = SweepConfig(concurrency=levels, per_category=args.calibration_per_category,
                                max_tokens=args.max_tokens, warmup_requests=1)
     test_config = SweepConfig(concurrency=levels, per_category=args.test_per_category,
                               max_tokens=args.max_tokens, warmup_requests=1)
