@@ -213,6 +213,27 @@ def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
     return fit_step_time(base, None, source="baseline slope")
 
 
+def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
+    """The step-time model as a two-column table (``field``, ``value``), units in the text:
+    what one speculative step is priced at, beside the baseline's own curve."""
+    d = model.describe()
+    extra = d["extra_ms_at_1_4_16_tokens"]
+    steps = ", ".join(f"{b:.1f} seq: {ms:.1f} ms"
+                      for b, ms in zip(d["baseline_batches"], d["baseline_step_ms"], strict=True))
+    rows = [
+        ("verify cost from", d["source"]),
+        ("fixed cost per speculative step", f"{d['overhead_ms']:.2f} ms"),
+        ("first extra verified token in a step", f"{d['per_verified_token_ms']:.2f} ms"),
+        ("exponent (tokens in a step)", f"{d['exponent']:.2f}"),
+        ("extra step time at 1 / 4 / 16 extra tokens", " / ".join(f"{v:.1f}" for v in extra) + " ms"),
+        ("baseline step time by batch", steps),
+    ]
+    if d["baseline_per_token_ms"] is not None:
+        rows.append(("baseline slope per extra sequence", f"{d['baseline_per_token_ms']:.2f} ms"))
+    rows += [("note", note) for note in model.notes]
+    return pd.DataFrame(rows, columns=["field", "value"])
+
+
 def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
     """The 'all categories' rows: what each option is predicted to do per concurrency."""
     if predicted.empty:

@@ -242,3 +242,19 @@ def test_notebook_api_on_a_recorded_pair() -> None:
 
     payback = restart_payback(prediction, [{"concurrency": 1, "hours_per_day": 8}], baseline_run_dir=base)
     assert payback.iloc[-1]["restart_downtime_h"] > 0
+
+
+def test_verify_cost_table_reads_the_model_in_milliseconds() -> None:
+    from speclab.costmodel import CalibratedStepTime, VerifyCost
+    from speclab.tables import verify_cost_table
+
+    base = pd.DataFrame({"batch": [1.0, 4.0], "step_s": [0.040, 0.046]})
+    model = CalibratedStepTime(base, VerifyCost(overhead_s=0.0004, per_token_s=0.001, exponent=1.0, source="fit: a + b"))
+    model.notes.append("verify cost fitted on 2 point(s) only")
+    table = verify_cost_table(model).set_index("field")["value"]
+    assert table["verify cost from"] == "fit: a + b"
+    assert table["fixed cost per speculative step"] == "0.40 ms"
+    assert table["extra step time at 1 / 4 / 16 extra tokens"] == "1.4 / 4.4 / 16.4 ms"
+    assert table["baseline step time by batch"] == "1.0 seq: 40.0 ms, 4.0 seq: 46.0 ms"
+    assert table["baseline slope per extra sequence"] == "2.00 ms"
+    assert table["note"] == "verify cost fitted on 2 point(s) only"
