@@ -18,6 +18,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from speclab.errors import SpeclabError
+from speclab.runs import json_record
 
 __all__ = [
     "BENCH_JSON",
@@ -97,15 +98,7 @@ def run_layer_bench(shapes: list[LayerShape], tokens: list[int], *, routings: li
 
 def load_bench(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """A benchmark result (the script's JSON) from a file or as given."""
-    if isinstance(source, dict):
-        return source
-    path = Path(source)
-    if not path.exists():
-        raise SpeclabError(f"No MoE layer benchmark at {path}; check the path or run the benchmark.")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        raise SpeclabError(f"{path} is not a MoE layer benchmark JSON; rerun the benchmark.") from None
+    return json_record(source, what="MoE layer benchmark", fix="check the path or rerun the benchmark")
 
 
 def bench_frame(data: dict[str, Any], label: str | None = None) -> pd.DataFrame:

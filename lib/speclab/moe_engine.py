@@ -37,6 +37,7 @@ from speclab.embedded import embedded_launch, ensure_model, ensure_server_venv
 from speclab.errors import SpeclabError
 from speclab.metrics import scrape_metrics, window
 from speclab.options import SpecOption, default_option
+from speclab.runs import json_record
 from speclab.server import ManagedServer, free_port
 
 __all__ = ["engine_table", "load_engine", "measure_engine", "shipped_engine"]
@@ -54,12 +55,7 @@ def shipped_engine() -> Path:
 
 def load_engine(source: str | Path | dict[str, Any]) -> dict[str, Any]:
     """A measurement from :func:`measure_engine` (a dict, or the JSON file it was saved to)."""
-    if isinstance(source, dict):
-        return source
-    path = Path(source)
-    if not path.exists():
-        raise SpeclabError(f"No engine measurement at {path}; run measure_engine or use the shipped one.")
-    return json.loads(path.read_text())
+    return json_record(source, what="engine measurement", fix="run measure_engine or use the shipped one")
 
 
 def _stream(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, float]:

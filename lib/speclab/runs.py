@@ -189,6 +189,23 @@ def read_json(path: Path) -> Any:
         raise SpeclabError(f"{path} is not valid JSON (line {exc.lineno}); the run may have crashed.") from None
 
 
+def json_record(source: str | Path | dict[str, Any], *, what: str, fix: str) -> dict[str, Any]:
+    """A saved measurement given as a dict, or read from the JSON file it was saved to; a
+    missing or broken file is one sentence naming ``what`` it should hold and the ``fix``."""
+    if isinstance(source, dict):
+        return source
+    path = Path(source)
+    if not path.exists():
+        raise SpeclabError(f"No {what} at {path}; {fix}.")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise SpeclabError(f"{path} is not {what} JSON; {fix}.") from None
+    if not isinstance(record, dict):
+        raise SpeclabError(f"{path} is not {what} JSON (not an object); {fix}.")
+    return record
+
+
 def check_run_dir(run_dir: str | Path) -> Path:
     """Raise one sentence unless ``run_dir`` can become a new run folder: not a file, not a
     finished run, and inside a folder this process may write to. Creates nothing."""

@@ -1,5 +1,6 @@
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,21 @@ def test_redaction_of_nested_values_and_argv() -> None:
     assert redact({"a": [{"token": "x"}], "b": 1}) == {"a": [{"token": "<redacted>"}], "b": 1}
     assert redact_argv(["vllm", "serve", "--api-key", "k", "--port", "1", "--hf-token=t"]) == [
         "vllm", "serve", "--api-key", "<redacted>", "--port", "1", "--hf-token=<redacted>"]
+
+
+def test_json_record_is_one_sentence_for_a_missing_broken_or_non_object_file(tmp_path: Path) -> None:
+    from speclab.runs import json_record
+
+    given = {"a": 1}
+    assert json_record(given, what="engine measurement", fix="rerun it") is given
+    good = tmp_path / "good.json"
+    good.write_text('{"a": 2}')
+    assert json_record(good, what="engine measurement", fix="rerun it") == {"a": 2}
+    for name, text, expected in [("missing.json", None, "No engine measurement at"),
+                                 ("broken.json", '{"a": ', "is not engine measurement JSON; rerun it."),
+                                 ("list.json", "[1, 2]", "(not an object); rerun it.")]:
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(SpeclabError, match=re.escape(expected)):
+            json_record(path, what="engine measurement", fix="rerun it")
