@@ -77,8 +77,11 @@ def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
     # than the run-to-run jitter and the non-negative fit rightly lands on 0. What must hold
     # everywhere: the fit is non-negative and explains the points to within the jitter.
     assert model.verify.per_token_s >= 0 and model.verify.overhead_s >= 0
-    rms_residual_s = float((points["residual_ms"] ** 2).mean() ** 0.5) / 1000
-    assert rms_residual_s < 0.15 * model.baseline_step_s(1), "the fit misses the measured step times"
+    # The median, not the RMS: one level disturbed by a neighbour (a CI run once read one
+    # baseline level at 39 ms among 25 ms ones, a -12.6 ms residual) is noise the fit must
+    # not chase; a fit of the wrong form misses most points and fails here all the same.
+    median_residual_s = float(points["residual_ms"].abs().median()) / 1000
+    assert median_residual_s < 0.1 * model.baseline_step_s(1), "the fit misses the measured step times"
     # a verified token costs at most a few baseline steps' worth on this CPU
     assert model.verify.per_token_s < 2 * model.baseline_step_s(1)
     # in-sample, the model reproduces the measured per-level speedups closely
