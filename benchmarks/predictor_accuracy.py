@@ -205,9 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,4,8,16")
     parser.add_argument("--rounds", type=int, default=2, choices=[1, 2], help="2: rerun the test sweep, arms reversed")
     parser.add_argument("--options", default="ngram,suffix")
-    parser.add_argument("--calibration-prompts", type=int, default=6, help="per category, for calibration")
-    parser.add_argument("--calibration-per-category", type=int, default=2,
-                        help="prompts per category in each calibration level (from the calibration prompts)")
+    parser.add_argument("--calibration-prompts", type=int, default=7, help="per category, for calibration")
+    # The calibration must reach the batches and tokens per step it prices: run 7's levels of
+    # two prompts a category (batch 5.5 at c=8) under-priced the test's (6.4) by 13 %.
+    parser.add_argument("--calibration-per-category", type=int, default=None,
+                        help="prompts per category in each calibration level (default: --test-per-category)")
     # Four prompts a cell: one answer that the speculative run writes differently (bf16
     # batched verification) moved a two-prompt cell by 15-25 % (docs/predictor.md, run 4).
     parser.add_argument("--test-per-category", type=int, default=4,
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     # Calibrate at the concurrencies predicted: one level per category at the lowest (a
     # spread of draft tokens per step), mixed levels above it (full batches).
-    calib_config = SweepConfig(concurrency=levels, per_category=args.calibration_per_category,
+    calib_config = SweepConfig(concurrency=levels, per_category=args.calibration_per_category or args.test_per_category,
                                max_tokens=args.max_tokens, warmup_requests=1)
     test_config = SweepConfig(concurrency=levels, per_category=args.test_per_category,
                               max_tokens=args.max_tokens, warmup_requests=1)

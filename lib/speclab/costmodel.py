@@ -122,18 +122,33 @@ def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
 
 
 class VerifyCost(BaseModel):
-    """The extra time of a speculative step: ``overhead_s + per_token_s * x ** exponent``,
-    ``x`` = extra verified tokens in the step (all sequences' draft tokens)."""
+    """The extra time of a speculative step:
+    ``overhead_s + per_token_s * (max(B + x, knee) - max(B, knee)) ** exponent``, ``B`` the
+    sequences in the step, ``x`` its extra verified tokens (all sequences' draft tokens).
+
+    ``knee_tokens``: a step of fewer tokens than this is bound by reading the weights, not by
+    arithmetic, so tokens added below it are nearly free; on the 2-core CPU host of
+    docs/predictor.md (run 7) an extra token cost 0.4-0.9 ms in a step of one sequence and
+    about 2 ms in steps of 4-30 tokens. At the default of 1 the formula is
+    ``overhead_s + per_token_s * x ** exponent`` whatever ``B``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     overhead_s: float = Field(0.0, ge=0, description="per step with speculation on (proposer, sampler, scheduling)")
     per_token_s: float = Field(..., ge=0, description="cost of the first extra verified token in a step")
     exponent: float = Field(1.0, gt=0, le=1.5, description="< 1: each further token in a step costs less")
+    knee_tokens: float = Field(1.0, ge=1.0, le=64.0,
+                               description="tokens in a step below which an extra token is free (memory-bound)")
     source: str = Field("given", description="where the figures come from (run folders, fit)")
 
-    def extra_s(self, extra_tokens: float) -> float:
-        return self.overhead_s + self.per_token_s * max(extra_tokens, 0.0) ** self.exponent
+    def priced_tokens(self, extra_tokens: float, batch: float = 1.0) -> float:
+        """The step's extra tokens past the knee (what ``per_token_s`` is paid on)."""
+        x = max(extra_tokens, 0.0)
+        return max(batch + x, self.knee_tokens) - max(batch, self.knee_tokens)
+
+    def extra_s(self, extra_tokens: float, batch: float = 1.0) -> float:
+        return self.overhead_s + self.per_token_s * self.priced_tokens(extra_tokens, batch) ** self.exponent
 
 
 @dataclass
@@ -161,7 +176,7 @@ class CalibratedStepTime:
 
     def extra_s(self, batch: float, verified_tokens_per_seq: float) -> float:
         """T(B, n) - T(B, 1) for a speculative step."""
-        return self.verify.extra_s(batch * max(verified_tokens_per_seq - 1.0, 0.0))
+        return self.verify.extra_s(batch * max(verified_tokens_per_seq - 1.0, 0.0), batch)
 
     def step_time_s(self, batch: float, verified_tokens_per_seq: float = 1.0, speculative: bool | None = None) -> float:
         """T(B, n); speculative steps (n > 1, or ``speculative=True``) add the verify cost."""
@@ -186,6 +201,10 @@ class CalibratedStepTime:
         }
 
 
+# Knees searched by fit_step_time: tokens in one step (sequences plus their draft tokens).
+KNEE_GRID: tuple[float, ...] = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
+
+
 def fit_step_time(
     baseline: pd.DataFrame,
     spec_points: pd.DataFrame | None = None,
@@ -193,6 +212,7 @@ def fit_step_time(
     source: str = "fit",
     fit_overhead: bool = True,
     exponent: float | None = None,
+    knee_tokens: float | None = None,
 ) -> CalibratedStepTime:
     """Calibrate :class:`CalibratedStepTime` from measurements.
 
@@ -203,7 +223,10 @@ def fit_step_time(
     overhead_s + per_token_s * x ** exponent`` (``x`` = extra verified tokens per step =
     ``batch * (verified_tokens_per_seq - 1)``) with non-negative coefficients; the exponent
     is searched in [0.5, 1] (least squares) when ``exponent`` is None and there are four or
-    more points, else it is ``exponent`` (default 1, linear). With a ``steps`` column each
+    more points, else it is ``exponent`` (default 1, linear). The knee (tokens in a step below
+    which an extra token is nearly free, :class:`VerifyCost`) is searched over
+    :data:`KNEE_GRID` with six or more points, else it is ``knee_tokens`` (default 1: none).
+    With a ``steps`` column each
     point is weighted by the square root of its steps (a level's mean step time is that much
     less noisy). On this project's CPU the
     marginal token gets cheaper as more share a step (exponent ~0.8), visible only when
@@ -228,6 +251,7 @@ def fit_step_time(
     points["extra_tokens"] = points["batch"] * (points["verified_tokens_per_seq"] - 1.0).clip(lower=0.0)
     points["extra_s"] = points["step_s"] - points["baseline_step_s"]
     x = points["extra_tokens"].to_numpy(float)
+    b = points["batch"].to_numpy(float)
     y = points["extra_s"].to_numpy(float)
     # A level's step time is a mean over its steps: its noise shrinks as 1/sqrt(steps), so a
     # level of two requests must not pull the fit as hard as one of fourteen.
@@ -238,17 +262,27 @@ def fit_step_time(
         candidates = [round(b, 2) for b in np.arange(0.5, 1.0001, 0.05)]
     else:
         candidates = [1.0]
-    best: tuple[float, float, float, float] | None = None
-    for beta in candidates:
-        columns = ([np.ones(len(x))] if fit_overhead else []) + [x**beta]
-        coef, residual = nnls(np.column_stack(columns) * weight[:, None], y * weight)
-        overhead, per_token = (coef[0], coef[1]) if fit_overhead else (0.0, coef[0])
-        if best is None or residual < best[0] - 1e-12:
-            best = (residual, beta, float(overhead), float(per_token))
+    if knee_tokens is not None:
+        knees = [float(knee_tokens)]
+    else:
+        knees = list(KNEE_GRID) if len(points) >= 6 else [1.0]
+    best: tuple[float, float, float, float, float] | None = None
+    for knee in knees:
+        priced = np.maximum(b + x, knee) - np.maximum(b, knee)
+        # Two shapes, not their product: a knee (free tokens, then a steady price: the
+        # roofline) or a bend (each further token cheaper); both at once overfit ten points.
+        for beta in (candidates if knee == 1.0 or exponent is not None else [1.0]):
+            columns = ([np.ones(len(x))] if fit_overhead else []) + [priced**beta]
+            coef, residual = nnls(np.column_stack(columns) * weight[:, None], y * weight)
+            overhead, per_token = (coef[0], coef[1]) if fit_overhead else (0.0, coef[0])
+            # a knee or a bend must buy a clearly better fit (1 %) before it is taken
+            if best is None or residual < best[0] * 0.99:
+                best = (residual, beta, float(overhead), float(per_token), knee)
     assert best is not None
-    _, beta, overhead, per_token = best
-    model.verify = VerifyCost(overhead_s=overhead, per_token_s=per_token, exponent=beta, source=source)
-    points["fitted_extra_s"] = [model.verify.extra_s(v) for v in x]
+    _, beta, overhead, per_token, knee = best
+    model.verify = VerifyCost(overhead_s=overhead, per_token_s=per_token, exponent=beta, knee_tokens=knee,
+                              source=source)
+    points["fitted_extra_s"] = [model.verify.extra_s(v, w) for v, w in zip(x, b, strict=True)]
     points["residual_ms"] = (points["extra_s"] - points["fitted_extra_s"]) * 1e3
     model.points = points
     if len(points) < 3:

@@ -264,7 +264,7 @@ def simulate_option_levels(
 ) -> pd.DataFrame:
     """Every level of a baseline run stepped through twice (:func:`speclab.levelsim.simulate_level`):
     as measured (one token per step) and with the option's replayed drafts, whose steps cost
-    ``curve(batch) + verify.extra_s(draft tokens in the step)``.
+    ``curve(batch) + verify.extra_s(draft tokens in the step, batch)``.
 
     One row per request: ``sim_baseline_decode_s``, ``sim_spec_decode_s`` and the level's
     simulated effective batch in each arm. A group's predicted speedup is the ratio of its
@@ -281,7 +281,7 @@ def simulate_option_levels(
             base_arm.append(SimRequest(r["request_id"], float(r["ttft_s"]), [0] * steps))
             spec_arm.append(SimRequest(r["request_id"], float(r["ttft_s"]), plan))
         base = simulate_level(base_arm, int(concurrency), lambda b, x: curve(b))
-        spec = simulate_level(spec_arm, int(concurrency), lambda b, x: curve(b) + verify.extra_s(x))
+        spec = simulate_level(spec_arm, int(concurrency), lambda b, x: curve(b) + verify.extra_s(x, b))
         for r in group.to_dict("records"):
             rows.append({
                 "request_id": r["request_id"], "category": r["category"], "level": int(level),
@@ -421,7 +421,8 @@ def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Ge
     draws = []
     for _ in range(n):
         sample = points.iloc[rng.integers(0, len(points), len(points))][columns]
-        refit = fit_step_time(cost_model.baseline, sample, source="bootstrap", exponent=cost_model.verify.exponent)
+        refit = fit_step_time(cost_model.baseline, sample, source="bootstrap", exponent=cost_model.verify.exponent,
+                              knee_tokens=cost_model.verify.knee_tokens)
         draws.append(refit.verify)
     return draws
 
@@ -464,7 +465,7 @@ def _speedup_interval(
     point_tpot = decode_s.sum() / decode_tokens.sum() if decode_tokens.sum() > 0 else np.nan
     noise_base = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
     noise_spec = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
-    extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0)) for v, x in zip(verify_draws, verified, strict=True)])
+    extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0), batch) for v, x in zip(verify_draws, verified, strict=True)])
     draws = tokens * (base_step * noise_base) / ((base_step + extra) * noise_spec)
     draws = draws[np.isfinite(draws)]
     if len(draws) < 10:
