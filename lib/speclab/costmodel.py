@@ -195,6 +195,7 @@ class CalibratedStepTime:
             "overhead_ms": self.verify.overhead_s * 1e3,
             "per_verified_token_ms": self.verify.per_token_s * 1e3,
             "exponent": self.verify.exponent,
+            "knee_tokens": self.verify.knee_tokens,
             "extra_ms_at_1_4_16_tokens": [round(self.verify.extra_s(x) * 1e3, 3) for x in (1, 4, 16)],
             "baseline_per_token_ms": slope * 1e3 if slope is not None else None,
             "source": self.verify.source,

@@ -225,7 +225,8 @@ def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
         ("fixed cost per speculative step", f"{d['overhead_ms']:.2f} ms"),
         ("first extra verified token in a step", f"{d['per_verified_token_ms']:.2f} ms"),
         ("exponent (tokens in a step)", f"{d['exponent']:.2f}"),
-        ("extra step time at 1 / 4 / 16 extra tokens", " / ".join(f"{v:.1f}" for v in extra) + " ms"),
+        ("knee: tokens in a step below which an extra one is nearly free", f"{d['knee_tokens']:g}"),
+        ("extra step time at 1 / 4 / 16 extra tokens (one sequence)", " / ".join(f"{v:.1f}" for v in extra) + " ms"),
         ("baseline step time by batch", steps),
     ]
     if d["baseline_per_token_ms"] is not None:

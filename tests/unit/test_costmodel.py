@@ -83,6 +83,31 @@ def test_fit_finds_a_falling_marginal_token_cost() -> None:
     assert (linear.points["residual_ms"].abs().max() > model.points["residual_ms"].abs().max())
 
 
+def test_fit_finds_a_knee_below_which_extra_tokens_are_free() -> None:
+    """A step of few tokens is bound by reading the weights (run 7, docs/predictor.md): the
+    fit finds where extra tokens start to cost, and prices one sequence's drafts below it
+    at the overhead alone, where a knee-free line would charge them."""
+    batches = [1, 4, 8]
+    baseline = pd.DataFrame({"batch": batches, "step_s": [_truth(b, 1) for b in batches]})
+
+    def truth(b: float, n: float) -> float:
+        return _truth(b, 1) + 0.001 + 0.002 * (max(b * n, 3.0) - max(b, 3.0))
+
+    rows = [{"batch": b, "verified_tokens_per_seq": n, "step_s": truth(b, n)}
+            for b in batches for n in (1.4, 2.0, 2.8)]
+    model = fit_step_time(baseline, pd.DataFrame(rows))
+    assert model.verify.knee_tokens == 3.0 and model.verify.exponent == 1.0
+    assert model.verify.per_token_s == pytest.approx(0.002, rel=0.01)
+    assert model.extra_s(1, 2.0) == pytest.approx(0.001, abs=1e-6)  # 2 tokens: below the knee
+    assert model.extra_s(4, 2.0) == pytest.approx(0.001 + 0.002 * 4, rel=0.01)
+    no_knee = fit_step_time(baseline, pd.DataFrame(rows), knee_tokens=1.0)
+    assert no_knee.points["residual_ms"].abs().max() > 10 * model.points["residual_ms"].abs().max()
+    # the falling-cost truth of the test above keeps no knee
+    bend = [{**r, "step_s": _truth(r["batch"], 1) + 0.0022 * (r["batch"] * (r["verified_tokens_per_seq"] - 1)) ** 0.8}
+            for r in rows]
+    assert fit_step_time(baseline, pd.DataFrame(bend)).verify.knee_tokens == 1.0
+
+
 def test_fit_never_returns_negative_costs() -> None:
     baseline = pd.DataFrame({"batch": [1, 4], "step_s": [0.02, 0.03]})
     # speculative steps measured *faster* than baseline (noise): costs clip at zero
@@ -254,7 +279,8 @@ def test_verify_cost_table_reads_the_model_in_milliseconds() -> None:
     table = verify_cost_table(model).set_index("field")["value"]
     assert table["verify cost from"] == "fit: a + b"
     assert table["fixed cost per speculative step"] == "0.40 ms"
-    assert table["extra step time at 1 / 4 / 16 extra tokens"] == "1.4 / 4.4 / 16.4 ms"
+    assert table["extra step time at 1 / 4 / 16 extra tokens (one sequence)"] == "1.4 / 4.4 / 16.4 ms"
+    assert table["knee: tokens in a step below which an extra one is nearly free"] == "1"
     assert table["baseline step time by batch"] == "1.0 seq: 40.0 ms, 4.0 seq: 46.0 ms"
     assert table["baseline slope per extra sequence"] == "2.00 ms"
     assert table["note"] == "verify cost fitted on 2 point(s) only"
