@@ -65,7 +65,7 @@ bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench se
 	@$(BIN)/python benchmarks/ingest_ceiling.py
 	@$(BIN)/python benchmarks/fidelity.py
 
-bench-predictor: setup ## predicted vs measured speedup (with intervals, two rounds, c=1..16) on prompts the cost model never saw (12 min on a fast hour in bf16, 24 in float32)
+bench-predictor: setup ## predicted vs measured speedup (with intervals, two rounds, c=1..16) on prompts the cost model never saw, four a cell (14-17 min in bf16 on this 2-core host)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py
 
 bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core

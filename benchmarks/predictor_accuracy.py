@@ -25,7 +25,8 @@ On the embedded vLLM (SmolLM2-135M on the CPU):
    Every level records the host's load; arms measured under different load are flagged.
 
 Run: ``flock /tmp/speclab-vllm.lock .venv/bin/python benchmarks/predictor_accuracy.py``
-(about 15 minutes at 1,4,8,16 with two rounds; ``--rounds 1 --options ngram`` for about 6).
+(14-17 minutes at 1,4,8,16 with two rounds and four prompts a cell; ``--rounds 1 --options ngram``
+for about 7).
 Results in a run folder under outputs/.
 """
 
