@@ -104,10 +104,11 @@ def decompose(test_base: Path, spec_run: Path, predicted: pd.DataFrame) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def analyse(out: Path, options: list[SpecOption], rounds: int, model: CalibratedStepTime | None = None) -> None:
+def analyse(out: Path, options: list[SpecOption], rounds: int, model: CalibratedStepTime | None = None,
+            knee_tokens: float | None = 1.0) -> None:
     """Print and write every comparison from a benchmark folder (rerunnable: ``--analyse``)."""
     if model is None:
-        model = calibrate_from_runs(out / "calibration-baseline", out / "calibration-ngram")
+        model = calibrate_from_runs(out / "calibration-baseline", out / "calibration-ngram", knee_tokens=knee_tokens)
         print("verify cost:", model.describe())
     test_base = out / "test-baseline"
     spec_runs = {path.name.removeprefix("test-"): path for path in out.glob("test-*") if path.is_dir()}
@@ -215,15 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     # batched verification) moved a two-prompt cell by 15-25 % (docs/predictor.md, run 4).
     parser.add_argument("--test-per-category", type=int, default=4,
                         help="prompts per category x concurrency cell (distinct across levels)")
+    parser.add_argument("--knee", choices=["off", "search"], default="off",
+                        help="search: fit the verify cost's knee too (docs/predictor.md, runs 7 and 9)")
     parser.add_argument("--analyse", type=Path, metavar="DIR",
                         help="no measurement: print the comparisons of an earlier benchmark folder")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     options = [embedded_option(name) for name in args.options.split(",")]
+    knee = None if args.knee == "search" else 1.0
     if args.analyse:
         if not (args.analyse / "calibration-ngram").is_dir():
             sys.exit(f"{args.analyse} is not a predictor-accuracy folder (no calibration-ngram/); pass one that is.")
-        analyse(args.analyse, options, args.rounds)
+        analyse(args.analyse, options, args.rounds, knee_tokens=knee)
         return 0
     calibration_pool, test_pool = split_prompts(args.calibration_prompts)
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -267,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                     # The verify cost comes from the calibration prompts only.
                     calib_spec = sweep(live, calib_config, calib_plan, out, f"calibration-{option.method}",
                                        option.method, params)
-                    model = calibrate_from_runs(calib_base, calib_spec)
+                    model = calibrate_from_runs(calib_base, calib_spec, knee_tokens=knee)
                     print("verify cost:", model.describe())
                     print(model.points[["level", "concurrency", "batch", "extra_tokens", "step_s",
                                         "baseline_step_s", "residual_ms"]].round(4).to_string(index=False))

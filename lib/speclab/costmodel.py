@@ -213,7 +213,7 @@ def fit_step_time(
     source: str = "fit",
     fit_overhead: bool = True,
     exponent: float | None = None,
-    knee_tokens: float | None = None,
+    knee_tokens: float | None = 1.0,
 ) -> CalibratedStepTime:
     """Calibrate :class:`CalibratedStepTime` from measurements.
 
@@ -225,8 +225,11 @@ def fit_step_time(
     ``batch * (verified_tokens_per_seq - 1)``) with non-negative coefficients; the exponent
     is searched in [0.5, 1] (least squares) when ``exponent`` is None and there are four or
     more points, else it is ``exponent`` (default 1, linear). The knee (tokens in a step below
-    which an extra token is nearly free, :class:`VerifyCost`) is searched over
-    :data:`KNEE_GRID` with six or more points, else it is ``knee_tokens`` (default 1: none).
+    which an extra token is nearly free, :class:`VerifyCost`) is ``knee_tokens`` (default 1:
+    none); ``knee_tokens=None`` searches it over :data:`KNEE_GRID` when there are six or more
+    points. Not the default: on a disturbed host the noisy one-sequence levels pulled the knee
+    to 6 tokens and lost 7 cells of 42, where a quiet host's knee of 3.5 won 4
+    (docs/predictor.md, runs 7 and 9).
     With a ``steps`` column each
     point is weighted by the square root of its steps (a level's mean step time is that much
     less noisy). On this project's CPU the

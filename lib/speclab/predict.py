@@ -228,12 +228,14 @@ def spec_level_points(baseline_run_dir: str | Path, spec_run_dir: str | Path) ->
     return pd.DataFrame(rows)
 
 
-def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path) -> CalibratedStepTime:
-    """The step-time model from a baseline run and a speculative run of the same plan."""
+def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path, *,
+                        knee_tokens: float | None = 1.0) -> CalibratedStepTime:
+    """The step-time model from a baseline run and a speculative run of the same plan
+    (``knee_tokens``: see :func:`speclab.costmodel.fit_step_time`; None searches it)."""
     base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})
     points = spec_level_points(baseline_run_dir, spec_run_dir)
     source = f"fit: {Path(baseline_run_dir).name} + {Path(spec_run_dir).name}"
-    return fit_step_time(base[["batch", "step_s"]], points, source=source)
+    return fit_step_time(base[["batch", "step_s"]], points, source=source, knee_tokens=knee_tokens)
 
 
 # --------------------------------------------------------------------------- predictions

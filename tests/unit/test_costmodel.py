@@ -95,7 +95,8 @@ def test_fit_finds_a_knee_below_which_extra_tokens_are_free() -> None:
 
     rows = [{"batch": b, "verified_tokens_per_seq": n, "step_s": truth(b, n)}
             for b in batches for n in (1.4, 2.0, 2.8)]
-    model = fit_step_time(baseline, pd.DataFrame(rows))
+    assert fit_step_time(baseline, pd.DataFrame(rows)).verify.knee_tokens == 1.0  # searched only when asked
+    model = fit_step_time(baseline, pd.DataFrame(rows), knee_tokens=None)
     assert model.verify.knee_tokens == 3.0 and model.verify.exponent == 1.0
     assert model.verify.per_token_s == pytest.approx(0.002, rel=0.01)
     assert model.extra_s(1, 2.0) == pytest.approx(0.001, abs=1e-6)  # 2 tokens: below the knee
@@ -105,7 +106,7 @@ def test_fit_finds_a_knee_below_which_extra_tokens_are_free() -> None:
     # the falling-cost truth of the test above keeps no knee
     bend = [{**r, "step_s": _truth(r["batch"], 1) + 0.0022 * (r["batch"] * (r["verified_tokens_per_seq"] - 1)) ** 0.8}
             for r in rows]
-    assert fit_step_time(baseline, pd.DataFrame(bend)).verify.knee_tokens == 1.0
+    assert fit_step_time(baseline, pd.DataFrame(bend), knee_tokens=None).verify.knee_tokens == 1.0
 
 
 def test_fit_never_returns_negative_costs() -> None:
