@@ -467,9 +467,8 @@ def test_non_streamed_json_answer_is_still_counted(kind: str) -> None:
     assert rec.text == "whole" and rec.output_tokens == 1
 
 
-def test_httpx_connection_error_becomes_record() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused")
+def send_via_httpx(handler: Callable[[httpx.Request], httpx.Response]) -> Any:
+    """One chat request through the httpx transport on a MockTransport ``handler``; its record."""
 
     async def main():
         async with StreamClient(
@@ -477,7 +476,14 @@ def test_httpx_connection_error_becomes_record() -> None:
         ) as client:
             return await client.send(chat_spec(), time.perf_counter())
 
-    rec = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def test_httpx_connection_error_becomes_record() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    rec = send_via_httpx(handler)
     assert not rec.ok and rec.http_status is None and "ConnectError" in (rec.error or "")
 
 
@@ -495,13 +501,7 @@ def test_httpx_resends_once_on_a_keepalive_connection_closed_before_answering(dr
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
         return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
-    async def main():
-        async with StreamClient(
-            "http://mock.test", "m", transport="httpx", httpx_transport=httpx.MockTransport(handler)
-        ) as client:
-            return await client.send(chat_spec(), time.perf_counter())
-
-    rec = asyncio.run(main())
+    rec = send_via_httpx(handler)
     assert len(calls) == 2
     if drops == 1:
         assert rec.ok and rec.text == "a" and rec.output_tokens == 1, rec.error
@@ -516,13 +516,7 @@ def test_httpx_does_not_resend_after_the_answer_began() -> None:
         calls.append(1)
         raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
 
-    async def main():
-        async with StreamClient(
-            "http://mock.test", "m", transport="httpx", httpx_transport=httpx.MockTransport(handler)
-        ) as client:
-            return await client.send(chat_spec(), time.perf_counter())
-
-    rec = asyncio.run(main())
+    rec = send_via_httpx(handler)
     assert len(calls) == 1 and not rec.ok
 
 
