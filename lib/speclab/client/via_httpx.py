@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from speclab.client.sse import SSEDecoder, StreamAccumulator
 
 _perf = time.perf_counter
+T = TypeVar("T")
 
 
 def _stale(exc: Exception) -> bool:
@@ -47,16 +49,19 @@ class HttpxTransport:
             trust_env=False,
         )
 
+    async def _resending_once_if_stale(self, send: Callable[[], Awaitable[T]]) -> T:
+        """``send()``, and once more when the pooled connection was already closed (:func:`_stale`)."""
+        try:
+            return await send()
+        except self._httpx.RemoteProtocolError as exc:
+            if not _stale(exc):
+                raise
+        return await send()
+
     async def stream(
         self, url: str, headers: dict[str, str], body: bytes, acc: StreamAccumulator
     ) -> None:
-        for attempt in (0, 1):
-            try:
-                await self._stream_once(url, headers, body, acc)
-                return
-            except self._httpx.RemoteProtocolError as exc:
-                if attempt or not _stale(exc):
-                    raise
+        await self._resending_once_if_stale(lambda: self._stream_once(url, headers, body, acc))
 
     async def _stream_once(
         self, url: str, headers: dict[str, str], body: bytes, acc: StreamAccumulator
@@ -76,14 +81,8 @@ class HttpxTransport:
             decoder.close(_perf())
 
     async def post_json(self, url: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
-        for attempt in (0, 1):
-            try:
-                resp = await self.client.post(url, content=body, headers=headers)
-                return resp.status_code, resp.content
-            except self._httpx.RemoteProtocolError as exc:
-                if attempt or not _stale(exc):
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        resp = await self._resending_once_if_stale(lambda: self.client.post(url, content=body, headers=headers))
+        return resp.status_code, resp.content
 
     async def aclose(self) -> None:
         await self.client.aclose()
