@@ -10,22 +10,26 @@ Generalised to a batch of ``B`` sequences (every sequence shares the step):
 with ``n = 1 + draft_fraction * k`` the mean tokens verified per sequence per step (vLLM
 schedules no draft when its proposer finds nothing) and ``T(B, n)`` the step time.
 
-**How T(B, n) is calibrated, not assumed** (:class:`CalibratedStepTime`):
+**How step time is calibrated, not assumed.** Two models, the second preferred:
 
-* ``T(B, 1)``: the baseline sweep. Per level, the mean decode step time
-  ``sum(e2e - ttft) / sum(output_tokens - 1)`` at the level's effective batch
-  (requests in decode, averaged over the level). Piecewise-linear in ``B`` between
-  measured levels.
-* ``T(B, n) - T(B, 1) = overhead_s + per_token_s * x ** exponent``, ``x = B * (n - 1)``
-  the extra tokens verified in the step: the extra time a
-  speculative step takes, from a *speculative run at known acceptance*: the same plan run
-  with a speculative option, where the server's own counter deltas per level give the
-  draft tokens verified (``d_draft_tokens``) and the number of steps
-  (``sum(output_tokens - 1) - d_accepted``), so each level is a point
-  (extra verified tokens per step, extra step time). Levels of one category each
-  (:func:`speclab.calibration.plan_per_category`) spread those points; levels at the
-  concurrencies to be predicted cover the range. ``overhead_s`` and ``per_token_s`` come
-  from a non-negative least-squares fit, the exponent from a search in [0.5, 1].
+* :class:`StepCost`, one engine step at a time (:func:`fit_step_cost`): every step a run
+  took, read back from its stream (:mod:`speclab.steptrace`: who decoded in it, their
+  context, whose prompt was prefilled, and in a speculative run each sequence's draft
+  tokens from the proposer replayed over the run's own outputs), fitted as
+  ``seq_step_s(decoding sequences) + per_context_token_s * context + [prefill] *
+  (prefill_step_s + per_prefill_token_s * prompt tokens) + [speculation] * (overhead_s +
+  per_token_s * draft tokens)``, non-negative least squares over thousands of steps. The
+  level simulation (:mod:`speclab.levelsim`) prices every simulated step with it, so a
+  newcomer's prefill stalls the sequences decoding beside it in both arms, as it does on
+  the engine (docs/predictor.md, "The step-level model").
+* :class:`CalibratedStepTime`'s steady form, for the formulas that take one batch size
+  (break-even, best k, payback, the traffic replay): ``T(B, 1)`` is the baseline's mean
+  decode step ``sum(e2e - ttft) / sum(output_tokens - 1)`` per level at its effective
+  batch (piecewise-linear in ``B``), and ``T(B, n) - T(B, 1) = overhead_s + per_token_s *
+  x ** exponent`` with ``x = B * (n - 1)`` the extra tokens verified in the step: the step
+  model's speculative part where there is one, else a fit on one point per level of a
+  speculative run (draft tokens from counter deltas, steps from the stream;
+  :func:`fit_step_time`).
 
 Why that measurement: vLLM 0.32's synthetic-acceptance mode (``rejection_sample_method
 = "synthetic"``) would fix acceptance exactly, but its CPU kernel asserts
@@ -62,6 +66,7 @@ __all__ = [
     "CalibratedStepTime",
     "ComponentStepTime",
     "SeedScenario",
+    "StepCost",
     "StepTimeModel",
     "TrafficSlice",
     "VerifyCost",
@@ -69,6 +74,7 @@ __all__ = [
     "break_even_acceptance_length",
     "expected_tokens_per_step",
     "explain_seed_ngram_loss",
+    "fit_step_cost",
     "fit_step_time",
     "leviathan_speedup",
     "payback_hours",
@@ -151,6 +157,129 @@ class VerifyCost(BaseModel):
         return self.overhead_s + self.per_token_s * self.priced_tokens(extra_tokens, batch) ** self.exponent
 
 
+class StepCost(BaseModel):
+    """Seconds one engine step takes, from what is in it (fitted on a run's own steps,
+    :func:`fit_step_cost` over :mod:`speclab.steptrace`):
+
+    ``seq_step_s(decoding sequences)`` (piecewise linear through ``seq_knots``)
+    ``+ per_context_token_s * context tokens`` (attention reads every sequence's context)
+    ``+ [a prefill in the step] * (prefill_step_s + per_prefill_token_s * prompt tokens)``
+    ``+ [speculation on] * (speculative.overhead_s + speculative.per_token_s * draft tokens)``.
+
+    Why these terms (docs/predictor.md, "The step-level model"): on the embedded server a
+    step's time grows with the context its sequences attend to as much as with their number;
+    a newcomer's prefill stalls every sequence decoding beside it (and a speculative arm,
+    finishing sooner, lets newcomers in more often per token); a speculative step pays a fixed
+    cost (vLLM turns async scheduling off, the proposer runs) and a cost per draft token.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq_knots: list[float] = Field(..., min_length=1, description="decoding sequences at the curve's knots")
+    seq_step_s: list[float] = Field(..., min_length=1, description="step time at each knot, without context or prefill")
+    per_context_token_s: float = Field(0.0, ge=0, description="per token of context of every decoding sequence")
+    per_prefill_token_s: float = Field(0.0, ge=0, description="per prompt token prefilled in the step")
+    prefill_step_s: float = Field(0.0, ge=0, description="a step that carries a prefill, beyond its tokens")
+    speculative: VerifyCost = Field(default_factory=lambda: VerifyCost(per_token_s=0.0),
+                                    description="what speculation adds to a step (linear in draft tokens)")
+    budget_tokens: int = Field(2048, ge=1, description="tokens one step may hold (vLLM max_num_batched_tokens)")
+    steps_fitted: int = Field(0, ge=0, description="engine steps the fit saw")
+    source: str = "given"
+
+    @field_validator("seq_step_s")
+    @classmethod
+    def _same_length(cls, value: list[float], info: Any) -> list[float]:
+        knots = info.data.get("seq_knots")
+        if knots is not None and len(knots) != len(value):
+            raise ValueError("seq_step_s needs one value per seq_knots entry")
+        return value
+
+    def base_s(self, seqs: float) -> float:
+        """The step time of ``seqs`` decoding sequences, no context, no prefill, no speculation."""
+        xs, ys = np.asarray(self.seq_knots, float), np.asarray(self.seq_step_s, float)
+        return max(_interp(seqs, xs, ys), 0.0)
+
+    def seconds(self, seqs: float, context_tokens: float = 0.0, draft_tokens: float = 0.0,
+                prefill_tokens: float = 0.0, speculative: bool = False) -> float:
+        """One step's time."""
+        t = self.base_s(seqs) + self.per_context_token_s * context_tokens
+        if prefill_tokens > 0:
+            t += self.prefill_step_s + self.per_prefill_token_s * prefill_tokens
+        if speculative:
+            t += self.speculative.extra_s(draft_tokens, seqs)
+        return t
+
+
+def _hat_basis(values: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """Columns whose weights reproduce linear interpolation through the knots (extended
+    linearly past both ends): value(x) = basis(x) @ knot_values."""
+    basis = np.zeros((len(values), len(knots)))
+    if len(knots) == 1:
+        basis[:, 0] = 1.0
+        return basis
+    left = np.clip(np.searchsorted(knots, values) - 1, 0, len(knots) - 2)
+    weight = (values - knots[left]) / (knots[left + 1] - knots[left])
+    rows = np.arange(len(values))
+    basis[rows, left] = 1.0 - weight
+    basis[rows, left + 1] = weight
+    return basis
+
+
+def _seq_knots(seqs: np.ndarray) -> np.ndarray:
+    """1, 2, 4, 8, ... up to the largest decoding-sequence count seen, each with steps near it."""
+    top = float(seqs.max())
+    knots = [1.0]
+    while knots[-1] * 2 <= top:
+        knots.append(knots[-1] * 2)
+    if top > knots[-1] * 1.25:
+        knots.append(top)
+    return np.array([k for k in knots if ((seqs >= k / 1.5) & (seqs <= k * 1.5)).any()] or [1.0])
+
+
+def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: int = 2048) -> StepCost:
+    """Fit :class:`StepCost` on engine steps (:func:`speclab.steptrace.run_steps` rows, with a
+    ``speculative`` column: True for steps of a speculative run).
+
+    Uses matched steps with at least one decoding sequence and a duration (a step with none
+    includes idle engine time). Non-negative least squares over every step, then once more
+    without the steps more than six robust deviations from the fit (a hiccup of the host is
+    not a property of the engine). With no speculative step the speculative part is zero.
+    """
+    from scipy.optimize import nnls
+
+    frame = steps[(steps["decode_seqs"] > 0) & steps["duration_s"].notna() & steps["matched"].astype(bool)]
+    if len(frame) < 10:
+        raise SpeclabError(f"Only {len(frame)} engine step(s) could be read from the stream; a step-time fit "
+                           "needs a run whose records carry chunk_offsets_s (any speclab sweep does).")
+    seqs = frame["decode_seqs"].to_numpy(float)
+    knots = _seq_knots(seqs)
+    spec = frame["speculative"].to_numpy(bool) if "speculative" in frame else np.zeros(len(frame), bool)
+    columns = [_hat_basis(seqs, knots),
+               frame["context_tokens"].to_numpy(float)[:, None],
+               frame["prefill_tokens"].to_numpy(float)[:, None],
+               (frame["prefill_tokens"].to_numpy(float) > 0).astype(float)[:, None]]
+    names = [*(f"knot{k:g}" for k in knots), "context", "prefill_tokens", "prefill_step"]
+    if spec.any():
+        columns += [spec.astype(float)[:, None], (frame["draft_tokens"].to_numpy(float) * spec)[:, None]]
+        names += ["spec_overhead", "draft_token"]
+    design = np.hstack(columns)
+    y = frame["duration_s"].to_numpy(float)
+    keep = np.ones(len(y), bool)
+    for _ in range(2):
+        coef, _ = nnls(design[keep], y[keep])
+        residual = y - design @ coef
+        spread = 1.4826 * float(np.median(np.abs(residual[keep] - np.median(residual[keep]))))
+        keep = np.abs(residual) <= 6 * spread if spread > 0 else keep
+    values = dict(zip(names, coef.tolist(), strict=True))
+    return StepCost(
+        seq_knots=knots.tolist(), seq_step_s=[values[f"knot{k:g}"] for k in knots],
+        per_context_token_s=values["context"], per_prefill_token_s=values["prefill_tokens"],
+        prefill_step_s=values["prefill_step"],
+        speculative=VerifyCost(overhead_s=values.get("spec_overhead", 0.0), per_token_s=values.get("draft_token", 0.0),
+                               source=source),
+        budget_tokens=budget_tokens, steps_fitted=int(keep.sum()), source=source)
+
+
 @dataclass
 class CalibratedStepTime:
     """T(B, n) from a baseline sweep plus a measured verify cost (module docstring).
@@ -162,6 +291,10 @@ class CalibratedStepTime:
     verify: VerifyCost
     points: pd.DataFrame | None = None  # the speculative calibration points, if fitted
     notes: list[str] = field(default_factory=list)
+    # The engine-step model (fitted on the stream's steps) and the steps it was fitted on;
+    # when set, ``verify`` is its speculative part and the level simulation prices each step.
+    steps: StepCost | None = None
+    step_data: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         frame = self.baseline.groupby("batch", as_index=False)["step_s"].mean().sort_values("batch")
@@ -184,6 +317,19 @@ class CalibratedStepTime:
         spec = verified_tokens_per_seq > 1.0 if speculative is None else speculative
         return base + self.extra_s(batch, verified_tokens_per_seq) if spec else base
 
+    def step_seconds(self, seqs: float, context_tokens: float = 0.0, draft_tokens: float = 0.0,
+                     prefill_tokens: float = 0.0, speculative: bool = False) -> float:
+        """One engine step's time: :class:`StepCost` where fitted; else the baseline curve at
+        ``seqs`` plus the verify cost of ``draft_tokens`` (no context or prefill terms)."""
+        if self.steps is not None:
+            return self.steps.seconds(seqs, context_tokens, draft_tokens, prefill_tokens, speculative)
+        base = self.baseline_step_s(seqs)
+        return base + self.verify.extra_s(draft_tokens, seqs) if speculative else base
+
+    @property
+    def budget_tokens(self) -> int:
+        return self.steps.budget_tokens if self.steps is not None else 2048
+
     def describe(self) -> dict[str, Any]:
         """The model's figures, for a notebook table."""
         slope = None
@@ -199,6 +345,15 @@ class CalibratedStepTime:
             "extra_ms_at_1_4_16_tokens": [round(self.verify.extra_s(x) * 1e3, 3) for x in (1, 4, 16)],
             "baseline_per_token_ms": slope * 1e3 if slope is not None else None,
             "source": self.verify.source,
+            "step_model": None if self.steps is None else {
+                "step_ms_by_decoding_sequences": {f"{k:g}": round(v * 1e3, 3)
+                                                  for k, v in zip(self.steps.seq_knots, self.steps.seq_step_s,
+                                                                  strict=True)},
+                "per_1k_context_tokens_ms": self.steps.per_context_token_s * 1e6,
+                "prefill_step_ms": self.steps.prefill_step_s * 1e3,
+                "per_prefill_token_ms": self.steps.per_prefill_token_s * 1e3,
+                "steps_fitted": self.steps.steps_fitted,
+            },
         }
 
 

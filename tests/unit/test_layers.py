@@ -16,7 +16,7 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 LAYERS: dict[str, set[str]] = {
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
                    "runfolder", "sections", "sweep", "auth", "outcome", "drafter_corpus"},
-    "analysis": {"replay", "costmodel", "levelsim", "predict", "compare", "findings", "profiling", "profiling.trace",
+    "analysis": {"replay", "costmodel", "levelsim", "steptrace", "predict", "compare", "findings", "profiling", "profiling.trace",
                  "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
                  "drafter", "trainplan", "moe", "moe_traces", "moe_plots", "ngram_fast", "traffic_logs", "traffic_gen", "traffic_tokens",
                  "traffic_replay", "traffic", "traffic_plots"},
