@@ -4,9 +4,12 @@ The notebook-facing layer over :mod:`speclab.replay` (what would be accepted) an
 :mod:`speclab.costmodel` (what a speculative step costs):
 
 * :func:`predict_from_baseline`: category x concurrency, predicted acceptance, tok/s,
-  speedup and break-even, from a baseline run folder alone plus a calibrated cost model.
-* :func:`calibrate_from_runs`: the step-time model fitted from a baseline and a speculative
-  run of the same plan (the runs themselves are made by :mod:`speclab.calibration`).
+  speedup and break-even, from a baseline run folder alone plus a calibrated cost model;
+  every level of the baseline stepped through twice (:func:`simulate_option_levels`).
+* :func:`calibrate_from_runs`: the step-time model fitted on the engine steps of a baseline
+  and a speculative run of the same plan, read from their streams (:func:`calibration_steps`;
+  the runs themselves are made by :mod:`speclab.calibration`); :func:`with_baseline_steps`
+  adds the predicted baseline's own steps to the fit.
 * :func:`compare_predicted_measured`: predicted vs measured speedup per category x
   concurrency once the option has been run; :func:`compare_replay_with_server`: replayed
   vs server counter deltas per level.
@@ -37,8 +40,10 @@ import pandas as pd
 
 from speclab.costmodel import (
     CalibratedStepTime,
+    StepCost,
     TrafficSlice,
     VerifyCost,
+    fit_step_cost,
     fit_step_time,
     payback_hours,
 )
@@ -46,9 +51,11 @@ from speclab.errors import SpeclabError
 from speclab.levelsim import SimRequest, simulate_level
 from speclab.options import SpecOption
 from speclab.replay import ReplayResult, baseline_requests, replay_option
+from speclab.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, run_steps
 
 __all__ = [
     "calibrate_from_runs",
+    "calibration_steps",
     "compare_predicted_measured",
     "compare_replay_with_server",
     "level_timings",
@@ -57,6 +64,8 @@ __all__ = [
     "run_option",
     "simulate_option_levels",
     "spec_level_points",
+    "step_plans",
+    "with_baseline_steps",
 ]
 
 
@@ -151,6 +160,11 @@ def run_option(run_dir: str | Path) -> SpecOption:
     manifest = read_json(Path(run_dir) / "manifest.json")
     params = manifest.get("params") or {}
     option = dict(manifest.get("option") or (params.get("target") or {}).get("option") or params.get("option") or {})
+    served = (manifest.get("server") or {}).get("speculative_config")
+    if not option and isinstance(served, dict) and served.get("method"):
+        # what the server itself said it ran (vLLM's /server_info)
+        known = {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"}
+        option = {key: value for key, value in served.items() if key in known and value is not None}
     if not option:
         raise SpeclabError(f"{run_dir}'s manifest names no option; pass the SpecOption explicitly.")
     if "<redacted>" in option.values():
@@ -228,14 +242,120 @@ def spec_level_points(baseline_run_dir: str | Path, spec_run_dir: str | Path) ->
     return pd.DataFrame(rows)
 
 
+def step_plans(replay: ReplayResult) -> dict[str, StepPlan]:
+    """Request id -> the draft and emitted tokens of each of its replayed decode steps."""
+    if replay.steps.empty:
+        return {}
+    plans = {}
+    for request_id, group in replay.steps.groupby("request_id", sort=False):
+        plans[str(request_id)] = StepPlan(group["draft_tokens"].astype(int).tolist(),
+                                          group["emitted_tokens"].astype(int).tolist())
+    return plans
+
+
+def calibration_steps(baseline_run_dir: str | Path, spec_run_dir: str | Path | None = None,
+                      option: SpecOption | None = None) -> pd.DataFrame:
+    """Engine steps read from the streams of a baseline run and (optionally) a speculative
+    run (:mod:`speclab.steptrace`), with a ``speculative`` column and the run's name.
+
+    The speculative run's draft tokens per step come from replaying its option over its own
+    outputs (what the server really speculated on), matched chunk by chunk.
+    """
+    from speclab.runfolder import read_records
+
+    frames = [run_steps(read_records(baseline_run_dir), stalled_levels=_stalled_levels(baseline_run_dir))
+              .assign(speculative=False, run=str(Path(baseline_run_dir).resolve()))]
+    if spec_run_dir is not None:
+        option = option or run_option(spec_run_dir)
+        replay = replay_option(baseline_requests(spec_run_dir), option, _max_len(spec_run_dir))
+        frames.append(run_steps(read_records(spec_run_dir), step_plans(replay), _stalled_levels(spec_run_dir))
+                      .assign(speculative=True, run=str(Path(spec_run_dir).resolve())))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _stalled_levels(run_dir: str | Path) -> set[int]:
+    """Levels during which the client's event loop stalled (their stream timing is lost)."""
+    stalled = set()
+    for level, summary in _summary_levels(run_dir).items():
+        harness = summary.get("harness") or {}
+        if (harness.get("max_s") or 0.0) > CLIENT_STALL_TOLERANCE_S:
+            stalled.add(level)
+    return stalled
+
+
+def _stream_fit(steps: pd.DataFrame, source: str) -> StepCost | None:
+    """The step model fitted on ``steps``, or None when the records carry too few steps
+    (runs recorded without chunk timing)."""
+    try:
+        return fit_step_cost(steps, source=source)
+    except SpeclabError:
+        return None
+
+
 def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path, *,
                         knee_tokens: float | None = 1.0) -> CalibratedStepTime:
-    """The step-time model from a baseline run and a speculative run of the same plan
-    (``knee_tokens``: see :func:`speclab.costmodel.fit_step_time`; None searches it)."""
+    """The step-time model from a baseline run and a speculative run of the same plan.
+
+    Fitted on every engine step of both runs read from their streams
+    (:func:`calibration_steps`, :func:`speclab.costmodel.fit_step_cost`): the step model the
+    level simulation prices with, whose speculative part is the verify cost. Runs recorded
+    without chunk timing fall back to one point per level (:func:`spec_level_points`,
+    :func:`speclab.costmodel.fit_step_time`; ``knee_tokens`` applies there only).
+    """
     base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})
     points = spec_level_points(baseline_run_dir, spec_run_dir)
     source = f"fit: {Path(baseline_run_dir).name} + {Path(spec_run_dir).name}"
-    return fit_step_time(base[["batch", "step_s"]], points, source=source, knee_tokens=knee_tokens)
+    steps = calibration_steps(baseline_run_dir, spec_run_dir)
+    cost = _stream_fit(steps, f"{source} ({len(steps)} engine steps)")
+    if cost is None:
+        model = fit_step_time(base[["batch", "step_s"]], points, source=source, knee_tokens=knee_tokens)
+        model.notes.append("the runs carry no chunk timing: verify cost fitted on level means, no step model")
+        return model
+    model = CalibratedStepTime(base[["batch", "step_s"]], cost.speculative, steps=cost, step_data=steps)
+    points = points.copy()
+    points["extra_tokens"] = points["batch"] * (points["verified_tokens_per_seq"] - 1.0).clip(lower=0.0)
+    points["extra_s"] = points["step_s"] - points["baseline_step_s"]
+    points["fitted_extra_s"] = [cost.speculative.extra_s(x, b) for x, b in zip(points["extra_tokens"], points["batch"],
+                                                                               strict=True)]
+    points["residual_ms"] = (points["extra_s"] - points["fitted_extra_s"]) * 1e3
+    model.points = points
+    return model
+
+
+def with_baseline_steps(cost_model: CalibratedStepTime, baseline_run_dir: str | Path) -> CalibratedStepTime:
+    """``cost_model`` refitted with the engine steps of the baseline run to be predicted
+    added to its calibration's (when it was fitted on the stream and they are not in it yet).
+
+    The baseline's own steps are measured before any restart, at exactly the prompts,
+    contexts and batches the prediction replays; the speculative part still comes from the
+    calibration's speculative run alone (only it has speculative steps)."""
+    steps = cost_model.step_data
+    if cost_model.steps is None or steps is None:
+        return cost_model
+    here = str(Path(baseline_run_dir).resolve())
+    if here in set(steps["run"]):
+        return cost_model
+    joined = pd.concat([steps, calibration_steps(baseline_run_dir)], ignore_index=True)
+    cost = _stream_fit(joined, f"{cost_model.steps.source} + {Path(baseline_run_dir).name}'s own steps")
+    if cost is None:
+        return cost_model
+    return CalibratedStepTime(cost_model.baseline, cost.speculative, points=cost_model.points,
+                              notes=list(cost_model.notes), steps=cost, step_data=joined)
+
+
+def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, note: str | None = None,
+                        source: str = "given") -> CalibratedStepTime:
+    """A step-time model with a given verify cost (``explicit``, ``baseline_slope``): the
+    baseline's own steps, read from its stream, price the rest of each step."""
+    base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
+    model = CalibratedStepTime(base, verify)
+    cost = _stream_fit(calibration_steps(baseline_run_dir),
+                       f"{source} verify cost; the rest of a step from {Path(baseline_run_dir).name}'s own steps")
+    if cost is not None:
+        model.steps = cost.model_copy(update={"speculative": verify})
+    if note:
+        model.notes.append(note)
+    return model
 
 
 # --------------------------------------------------------------------------- predictions
@@ -261,35 +381,49 @@ def baseline_curve(timing: pd.DataFrame) -> Callable[[float], float]:
 def simulate_option_levels(
     base_requests: pd.DataFrame,
     replay: ReplayResult,
-    curve: Callable[[float], float],
-    verify: VerifyCost,
+    cost_model: CalibratedStepTime,
 ) -> pd.DataFrame:
     """Every level of a baseline run stepped through twice (:func:`speclab.levelsim.simulate_level`):
-    as measured (one token per step) and with the option's replayed drafts, whose steps cost
-    ``curve(batch) + verify.extra_s(draft tokens in the step, batch)``.
+    as measured (one token per step) and with the option's replayed drafts, each step priced
+    by ``cost_model.step_seconds`` from what it holds (decoding sequences, their context,
+    draft tokens, prefills), speculative steps with the speculative part.
 
-    One row per request: ``sim_baseline_decode_s``, ``sim_spec_decode_s`` and the level's
-    simulated effective batch in each arm. A group's predicted speedup is the ratio of its
-    summed decode seconds (both arms emit the same tokens).
+    One row per request: ``sim_baseline_decode_s``, ``sim_spec_decode_s``, the tokens each arm
+    decodes, and the level's simulated effective batch in each arm. A group's predicted
+    speedup is the ratio of its simulated time per decoded token.
     """
-    drafts = replay.steps.groupby("request_id")["draft_tokens"].apply(list).to_dict() if not replay.steps.empty else {}
+    plans = step_plans(replay)
+
+    def prompt_tokens(row: dict[str, Any]) -> int:
+        value = row.get("prompt_tokens")
+        if value is not None and not (isinstance(value, float) and math.isnan(value)):
+            return int(value)
+        ids = row.get("prompt_token_ids")
+        return len(ids) if isinstance(ids, list) else 0
+
+    def priced(speculative: bool) -> Callable[[int, int, int, int], float]:
+        return lambda seqs, context, drafts, prefill: cost_model.step_seconds(
+            seqs, context, drafts, prefill, speculative=speculative)
+
     rows = []
     for (level, concurrency), group in base_requests.groupby(["level", "concurrency"], sort=True):
-        group = group.sort_values("send_time_s", kind="stable")
+        records = group.sort_values("send_time_s", kind="stable").to_dict("records")
         base_arm, spec_arm = [], []
-        for r in group.to_dict("records"):
+        for r in records:
             steps = int(r["decode_tokens"])
-            plan = drafts.get(r["request_id"], [0] * steps)
-            base_arm.append(SimRequest(r["request_id"], float(r["ttft_s"]), [0] * steps))
-            spec_arm.append(SimRequest(r["request_id"], float(r["ttft_s"]), plan))
-        base = simulate_level(base_arm, int(concurrency), lambda b, x: curve(b))
-        spec = simulate_level(spec_arm, int(concurrency), lambda b, x: curve(b) + verify.extra_s(x, b))
-        for r in group.to_dict("records"):
+            plan = plans.get(str(r["request_id"]), StepPlan([0] * steps, [1] * steps))
+            base_arm.append(SimRequest(r["request_id"], prompt_tokens(r), [0] * steps))
+            spec_arm.append(SimRequest(r["request_id"], prompt_tokens(r), plan.draft_tokens, plan.emitted_tokens))
+        base = simulate_level(base_arm, int(concurrency), priced(False), budget_tokens=cost_model.budget_tokens)
+        spec = simulate_level(spec_arm, int(concurrency), priced(True), budget_tokens=cost_model.budget_tokens)
+        for r, b, sp in zip(records, base_arm, spec_arm, strict=True):
             rows.append({
                 "request_id": r["request_id"], "category": r["category"], "level": int(level),
                 "concurrency": int(concurrency),
                 "sim_baseline_decode_s": base.decode_s[r["request_id"]],
                 "sim_spec_decode_s": spec.decode_s[r["request_id"]],
+                "baseline_decode_tokens": len(b.draft_tokens),
+                "spec_decode_tokens": int(sum(sp.emitted_tokens)) if sp.emitted_tokens is not None else len(sp.draft_tokens),
                 "sim_baseline_batch": base.effective_batch, "sim_spec_batch": spec.effective_batch,
             })
     return pd.DataFrame(rows)
@@ -302,8 +436,10 @@ def _simulated_speedups(sim: pd.DataFrame) -> dict[tuple[str, int], dict[str, fl
         return out
     for key, part in [*sim.groupby(["category", "concurrency"]), *((("all", c), p) for c, p in sim.groupby("concurrency"))]:
         levels = part.drop_duplicates("level")
+        base_tpot = part["sim_baseline_decode_s"].sum() / part["baseline_decode_tokens"].sum()
+        spec_tpot = part["sim_spec_decode_s"].sum() / part["spec_decode_tokens"].sum()
         out[(str(key[0]), int(key[1]))] = {
-            "speedup": float(part["sim_baseline_decode_s"].sum() / part["sim_spec_decode_s"].sum()),
+            "speedup": float(base_tpot / spec_tpot),
             "baseline_batch": float(levels["sim_baseline_batch"].mean()),
             "spec_batch": float(levels["sim_spec_batch"].mean()),
         }
@@ -321,7 +457,7 @@ def predict_from_baseline(
     option: SpecOption,
     cost_model: CalibratedStepTime,
     *,
-    batch_mix: Literal["category", "level"] = "category",
+    batch_mix: Literal["category", "level"] = "level",
     replay: ReplayResult | None = None,
     confidence: float = 0.9,
     resamples: int = 300,
@@ -330,33 +466,35 @@ def predict_from_baseline(
 ) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per category x concurrency (+ ``all``).
 
-    Acceptance comes from replaying ``option`` over the baseline's greedy outputs; step
-    times from the baseline's own levels (decode step time at the level's effective batch)
-    plus ``cost_model``'s verify cost. ``batch_mix="category"`` predicts each category
-    served alone (its drafts fill the batch); ``"level"`` predicts it inside the measured
-    mix of categories (what a later run of the same plan measures).
+    Acceptance comes from replaying ``option`` over the baseline's greedy outputs. Within
+    the measured mix (``batch_mix="level"``, the default: what a later run of the same plan
+    measures) and for the ``all`` rows, each level of the baseline is stepped through twice
+    (:func:`simulate_option_levels`): as measured, and with the replayed drafts, every engine
+    step priced by ``cost_model`` from what it holds (decoding sequences, their context,
+    draft tokens, a newcomer's prefill), so a batch that thins out sooner and prefills that
+    stall every decoding sequence are priced as they happen. ``batch_mix="category"``
+    predicts each category served alone (its drafts fill the batch; the steady formula at the
+    level's batch).
 
     Every prediction carries an interval (``predicted_speedup_low``/``_high`` at
     ``confidence``) for what a measurement of the same size would read: a bootstrap over
-    the calibration points (the verify-cost fit refitted), over the cell's requests (the
-    replayed acceptance) and over the baseline's requests twice (the run-to-run noise of
-    each arm's decode time), and, per arm, a server instance's own speed (``instance_sd``:
-    the relative spread of one instance's step time from another's on the same host).
-    ``predicted_verdict`` is "predicted to win" / "to lose" only when the whole interval is
-    on one side of 1, else "unclear"; ``loses`` keeps the point estimate's sign.
-    Within the measured mix (``"level"``) and for the ``all`` rows, each level is stepped
-    through (:func:`simulate_option_levels`), so a batch that thins out sooner under
-    speculation is priced at the size it has.
+    the calibration (the verify cost refitted on resampled blocks of its engine steps, or on
+    its level points), over the cell's requests (the replayed acceptance) and over the
+    baseline's requests twice (the run-to-run noise of each arm's decode time), and, per arm,
+    a server instance's own speed (``instance_sd``: the relative spread of one instance's
+    step time from another's on the same host). ``predicted_verdict`` is "predicted to win" /
+    "to lose" only when the whole interval is on one side of 1, else "unclear"; ``loses``
+    keeps the point estimate's sign.
     """
     replay = replay or replay_option(baseline_requests(baseline_run_dir), option, _max_len(baseline_run_dir))
     timing = level_timings(baseline_run_dir)
     base = _pool(timing, ["concurrency"]).set_index("concurrency")
     by_cat, by_all = _replay_frames(replay)
     rng = np.random.default_rng(seed)
+    cost_model = with_baseline_steps(cost_model, baseline_run_dir)
     verify_draws = _verify_cost_draws(cost_model, resamples, rng)
     base_requests = _requests(baseline_run_dir)
-    simulated = _simulated_speedups(
-        simulate_option_levels(base_requests, replay, baseline_curve(timing), cost_model.verify))
+    simulated = _simulated_speedups(simulate_option_levels(base_requests, replay, cost_model))
     rows = []
     for frame in (by_cat, by_all):
         for r in frame.to_dict("records"):
@@ -413,9 +551,27 @@ PREDICTED_WIN, PREDICTED_LOSS, PREDICTED_UNCLEAR = "predicted to win", "predicte
 
 
 
+# Consecutive engine steps share the host's state of the moment; the bootstrap resamples
+# runs of this many steps of one level, not single steps, so that it does not read that
+# shared state as independent evidence.
+STEP_BLOCK = 50
+
+
 def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Generator) -> list[VerifyCost]:
-    """The verify cost refitted on ``n`` bootstrap resamples of its calibration points (the
-    exponent kept); the fitted cost alone when there are fewer than three points."""
+    """The verify cost refitted on ``n`` bootstrap resamples: of the calibration's engine
+    steps, in blocks of :data:`STEP_BLOCK` consecutive steps of a level, where the model was
+    fitted on the stream; else of its level points (the exponent kept); the fitted cost
+    alone when there are fewer than three points."""
+    steps = cost_model.step_data
+    if cost_model.steps is not None and steps is not None and not steps.empty:
+        blocks = steps.groupby([steps["run"], steps["level"], steps["step"] // STEP_BLOCK], sort=False).indices
+        members = list(blocks.values())
+        draws = []
+        for _ in range(n):
+            picked = rng.integers(0, len(members), len(members))
+            sample = steps.iloc[np.concatenate([members[i] for i in picked])]
+            draws.append(fit_step_cost(sample, source="bootstrap").speculative)
+        return draws
     points = cost_model.points
     if points is None or len(points) < 3:
         return [cost_model.verify] * n

@@ -198,19 +198,20 @@ def group_caveats(found: list[Caveat], *, with_runs: bool = True) -> list[str]:
 def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
     """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
     from speclab.costmodel import VerifyCost, fit_step_time
-    from speclab.predict import calibrate_from_runs, level_timings
+    from speclab.predict import baseline_step_model, calibrate_from_runs, level_timings
     from speclab.runs import read_json
 
     path = Path(baseline_dir) / COST_MODEL_JSON
     if not path.exists():
         return None
     record = read_json(path)
-    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
     if record["source"] == "calibrate":
         return calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
     if record["source"] == "explicit":
-        return CalibratedStepTime(base, VerifyCost(**record["verify"]))
-    return fit_step_time(base, None, source="baseline slope")
+        return baseline_step_model(baseline_dir, VerifyCost(**record["verify"]), source="params")
+    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
+    slope = fit_step_time(base, None, source="baseline slope")
+    return baseline_step_model(baseline_dir, slope.verify, note=slope.notes[0], source="baseline slope")
 
 
 def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
@@ -231,6 +232,16 @@ def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
     ]
     if d["baseline_per_token_ms"] is not None:
         rows.append(("baseline slope per extra sequence", f"{d['baseline_per_token_ms']:.2f} ms"))
+    step = d.get("step_model")
+    if step:
+        rows += [
+            ("engine step time by decoding sequences (no context, no prefill)",
+             ", ".join(f"{k} seq: {ms:.1f} ms" for k, ms in step["step_ms_by_decoding_sequences"].items())),
+            ("per 1,000 tokens of context in a step", f"{step['per_1k_context_tokens_ms']:.2f} ms"),
+            ("a step that carries a prefill", f"+{step['prefill_step_ms']:.1f} ms, "
+                                              f"+{step['per_prefill_token_ms']:.3f} ms per prompt token"),
+            ("engine steps the model was fitted on", f"{step['steps_fitted']:,}"),
+        ]
     rows += [("note", note) for note in model.notes]
     return pd.DataFrame(rows, columns=["field", "value"])
 
