@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from speclab import steptrace
+
 PAIR_KEYS = ["concurrency", "repeat", "prompt_id"]
 FASTER, SLOWER, UNCLEAR, TOO_FEW = "faster", "slower", "no clear difference", "too few prompts"
 
@@ -195,13 +197,15 @@ def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
         foreign = [h["foreign_cpu_cores"] for h in loads if h.get("foreign_cpu_cores") is not None]
         steal = [h["cpu_steal_pct"] for h in loads if h.get("cpu_steal_pct") is not None]
         probe = [h["host_probe_ms"] for h in loads if h.get("host_probe_ms") is not None]
+        lags = [float(h["max_s"]) for h in frame.get("harness", []) if isinstance(h, dict) and h.get("max_s") is not None]
         rows.append({"arm": arm, "levels": len(loads),
                      "foreign_cpu_cores_mean": float(np.mean(foreign)) if foreign else None,
                      "foreign_cpu_cores_max": float(np.max(foreign)) if foreign else None,
                      "cpu_steal_pct_max": float(np.max(steal)) if steal else None,
-                     "host_probe_ms_median": float(np.median(probe)) if probe else None})
+                     "host_probe_ms_median": float(np.median(probe)) if probe else None,
+                     "client_stall_s_max": float(np.max(lags)) if lags else None})
     return pd.DataFrame(rows, columns=["arm", "levels", "foreign_cpu_cores_mean", "foreign_cpu_cores_max",
-                                       "cpu_steal_pct_max", "host_probe_ms_median"])
+                                       "cpu_steal_pct_max", "host_probe_ms_median", "client_stall_s_max"])
 
 
 def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
@@ -231,6 +235,13 @@ def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
             problems.append(f"the host itself ran {100 * (ratio - 1):.0f} % slower during {slow['arm']} than during "
                             f"{fast['arm']} (a fixed CPU probe before each level; no process of this host explains "
                             "it: a neighbour on the same physical cores, or a lower clock)")
+    stalls = by_arm.dropna(subset=["client_stall_s_max"])
+    stalled = stalls[stalls["client_stall_s_max"] > steptrace.CLIENT_STALL_TOLERANCE_S]
+    if len(stalled):
+        worst = stalled.sort_values("client_stall_s_max").iloc[-1]
+        problems.append(f"the client's event loop stalled for up to {worst['client_stall_s_max']:.2f} s during "
+                        f"{', '.join(stalled['arm'])} (the streams it was reading arrive late and in a burst, so "
+                        "their decode times are wrong)")
     if not problems:
         return None
     return ("CONTAMINATED comparison: " + "; ".join(problems)

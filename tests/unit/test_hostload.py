@@ -94,3 +94,18 @@ def test_a_host_that_ran_slower_during_one_arm_is_named() -> None:
 def test_the_probe_times_real_work() -> None:
     probe = hostload.speed_probe_ms(repeats=2)
     assert isinstance(probe, float) and 0.5 < probe < 5000.0  # ms of a fixed workload, not a stub
+
+
+def _lagged(*max_lag_s: float) -> pd.DataFrame:
+    return pd.DataFrame({"concurrency": list(range(1, len(max_lag_s) + 1)),
+                         "harness": [{"p99_s": 0.001, "max_s": lag} for lag in max_lag_s]})
+
+
+def test_a_client_stall_during_an_arm_is_named() -> None:
+    # every level of a quiet host lagged <= 0.1 s; a stall of a second lost a stream's timing
+    assert load_contamination({"baseline": _lagged(0.004, 0.09), "ngram": _lagged(0.01, 0.02)}) is None
+    sentence = load_contamination({"baseline": _lagged(0.004, 0.09), "ngram": _lagged(0.01, 1.22)})
+    assert sentence is not None and sentence.startswith("CONTAMINATED")
+    assert "stalled for up to 1.22 s during ngram" in sentence and "baseline" not in sentence.split("during")[1]
+    table = host_load_by_arm({"ngram": _lagged(0.01, 1.22)}).set_index("arm")
+    assert table.loc["ngram", "client_stall_s_max"] == pytest.approx(1.22)
