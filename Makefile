@@ -65,7 +65,7 @@ bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench se
 	@$(BIN)/python benchmarks/ingest_ceiling.py
 	@$(BIN)/python benchmarks/fidelity.py
 
-bench-predictor: setup ## predicted vs measured speedup (with intervals, two rounds, c=1..16) on prompts the cost model never saw, four a cell (14-17 min in bf16 on this 2-core host)
+bench-predictor: setup ## predicted vs measured speedup on prompts the model never saw (two rounds, c=1..16, four a cell, float32; 35 min on this 2-core host)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py
 
 bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core
