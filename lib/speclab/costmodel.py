@@ -361,6 +361,20 @@ class CalibratedStepTime:
 KNEE_GRID: tuple[float, ...] = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 
 
+def level_point_extras(points: pd.DataFrame, verify: VerifyCost | None = None) -> pd.DataFrame:
+    """Calibration level points with ``extra_tokens`` (draft tokens per step) and ``extra_s``
+    (the speculative step over the baseline's); with ``verify``, also what it prices them at
+    (``fitted_extra_s``) and the ``residual_ms``."""
+    points = points.copy()
+    points["extra_tokens"] = points["batch"] * (points["verified_tokens_per_seq"] - 1.0).clip(lower=0.0)
+    points["extra_s"] = points["step_s"] - points["baseline_step_s"]
+    if verify is not None:
+        points["fitted_extra_s"] = [verify.extra_s(x, b) for x, b in zip(points["extra_tokens"], points["batch"],
+                                                                         strict=True)]
+        points["residual_ms"] = (points["extra_s"] - points["fitted_extra_s"]) * 1e3
+    return points
+
+
 def fit_step_time(
     baseline: pd.DataFrame,
     spec_points: pd.DataFrame | None = None,
@@ -407,8 +421,7 @@ def fit_step_time(
     points = spec_points.copy()
     if "baseline_step_s" not in points:
         points["baseline_step_s"] = [model.baseline_step_s(b) for b in points["batch"]]
-    points["extra_tokens"] = points["batch"] * (points["verified_tokens_per_seq"] - 1.0).clip(lower=0.0)
-    points["extra_s"] = points["step_s"] - points["baseline_step_s"]
+    points = level_point_extras(points)
     x = points["extra_tokens"].to_numpy(float)
     b = points["batch"].to_numpy(float)
     y = points["extra_s"].to_numpy(float)
@@ -441,9 +454,7 @@ def fit_step_time(
     _, beta, overhead, per_token, knee = best
     model.verify = VerifyCost(overhead_s=overhead, per_token_s=per_token, exponent=beta, knee_tokens=knee,
                               source=source)
-    points["fitted_extra_s"] = [model.verify.extra_s(v, w) for v, w in zip(x, b, strict=True)]
-    points["residual_ms"] = (points["extra_s"] - points["fitted_extra_s"]) * 1e3
-    model.points = points
+    model.points = level_point_extras(points, model.verify)
     if len(points) < 3:
         model.notes.append(f"verify cost fitted on {len(points)} point(s) only")
     return model

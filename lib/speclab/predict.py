@@ -45,13 +45,14 @@ from speclab.costmodel import (
     VerifyCost,
     fit_step_cost,
     fit_step_time,
+    level_point_extras,
     payback_hours,
 )
 from speclab.errors import SpeclabError
 from speclab.levelsim import SimRequest, simulate_level
 from speclab.options import SpecOption
 from speclab.replay import ReplayResult, baseline_requests, replay_option
-from speclab.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, run_steps
+from speclab.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, prompt_tokens, run_steps
 
 __all__ = [
     "calibrate_from_runs",
@@ -311,15 +312,8 @@ def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path, 
         model = fit_step_time(base[["batch", "step_s"]], points, source=source, knee_tokens=knee_tokens)
         model.notes.append("the runs carry no chunk timing: verify cost fitted on level means, no step model")
         return model
-    model = CalibratedStepTime(base[["batch", "step_s"]], cost.speculative, steps=cost, step_data=steps)
-    points = points.copy()
-    points["extra_tokens"] = points["batch"] * (points["verified_tokens_per_seq"] - 1.0).clip(lower=0.0)
-    points["extra_s"] = points["step_s"] - points["baseline_step_s"]
-    points["fitted_extra_s"] = [cost.speculative.extra_s(x, b) for x, b in zip(points["extra_tokens"], points["batch"],
-                                                                               strict=True)]
-    points["residual_ms"] = (points["extra_s"] - points["fitted_extra_s"]) * 1e3
-    model.points = points
-    return model
+    return CalibratedStepTime(base[["batch", "step_s"]], cost.speculative, points=level_point_extras(points, cost.speculative),
+                              steps=cost, step_data=steps)
 
 
 def with_baseline_steps(cost_model: CalibratedStepTime, baseline_run_dir: str | Path) -> CalibratedStepTime:
@@ -393,13 +387,6 @@ def simulate_option_levels(
     speedup is the ratio of its simulated time per decoded token.
     """
     plans = step_plans(replay)
-
-    def prompt_tokens(row: dict[str, Any]) -> int:
-        value = row.get("prompt_tokens")
-        if value is not None and not (isinstance(value, float) and math.isnan(value)):
-            return int(value)
-        ids = row.get("prompt_token_ids")
-        return len(ids) if isinstance(ids, list) else 0
 
     def priced(speculative: bool) -> Callable[[int, int, int, int], float]:
         return lambda seqs, context, drafts, prefill: cost_model.step_seconds(

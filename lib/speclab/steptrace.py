@@ -30,6 +30,7 @@ sequences only.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["CLIENT_STALL_TOLERANCE_S", "STEP_COLUMNS", "StepPlan", "level_steps", "run_steps"]
+__all__ = ["CLIENT_STALL_TOLERANCE_S", "STEP_COLUMNS", "StepPlan", "level_steps", "prompt_tokens", "run_steps"]
 
 # A step shorter than this share of the level's median step was read in a burst after a
 # stall of the client, not timed by the engine.
@@ -72,10 +73,11 @@ def _chunks(record: Mapping[str, Any]) -> tuple[list[float], list[int]] | None:
     return [start + float(o) for o in offsets], [int(n) for n in counts]
 
 
-def _prompt_tokens(record: Mapping[str, Any]) -> int:
+def prompt_tokens(record: Mapping[str, Any]) -> int:
+    """A request record's prompt tokens: the server's count, else the length of its token ids."""
     value = record.get("prompt_tokens")
-    if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
-        return int(value)
+    if isinstance(value, numbers.Real) and not math.isnan(float(value)):
+        return int(float(value))
     ids = record.get("prompt_token_ids")
     return len(ids) if isinstance(ids, list) else 0
 
@@ -107,7 +109,7 @@ def level_steps(records: Sequence[Mapping[str, Any]], plans: Mapping[str, StepPl
         times, counts = chunks
         plan = plans.get(str(record.get("request_id"))) if plans is not None else None
         drafts = list(plan.draft_tokens) if plan is not None else None
-        info.append((i, _prompt_tokens(record), counts, drafts, _matches(counts, plan)))
+        info.append((i, prompt_tokens(record), counts, drafts, _matches(counts, plan)))
         own_gaps.extend(np.diff(times).tolist())
         events.extend((t, i, j, n) for j, (t, n) in enumerate(zip(times, counts, strict=True)))
     if not events:
