@@ -35,6 +35,10 @@ StepTime = Callable[[int, int, int, int], float]
 # From a slot freeing to the next request reaching the engine (HTTP, chat template,
 # tokenisation): a few ms on the embedded server. Its only effect here is that the newcomer
 # misses the step already scheduled and joins the one after, as it does on a real engine.
+# The server's front end handles requests one at a time, so requests sent together reach the
+# engine ARRIVAL_S apart: at a level's start the idle engine begins a step with the first
+# prompt alone, and the others are prefilled in the next one, beside the first request's
+# decoding (measured on every level of the f32 benchmark runs: docs/predictor.md).
 ARRIVAL_S = 0.002
 
 
@@ -86,7 +90,8 @@ class _Waiting:
 def simulate_level(requests: Sequence[SimRequest], concurrency: int, step_time: StepTime, *,
                    budget_tokens: int = 2048, arrival_s: float = ARRIVAL_S) -> LevelSimulation:
     """Step through one closed-loop level: at most ``concurrency`` requests in flight, a new
-    one sent when one finishes, reaching the engine ``arrival_s`` later.
+    one sent when one finishes, reaching the engine ``arrival_s`` later (requests sent at
+    once reach it ``arrival_s`` apart: the front end passes them on one at a time).
 
     Each step holds every running request (one token plus its draft) and, within
     ``budget_tokens``, the prompts of arrived requests in order (a prompt that does not fit is
@@ -106,12 +111,15 @@ def simulate_level(requests: Sequence[SimRequest], concurrency: int, step_time: 
     busy_s = 0.0
     steps = 0
 
+    front_free = 0.0  # when the server's front end can pass on the next request
+
     def send(at: float) -> None:
-        nonlocal sent
+        nonlocal sent, front_free
         if sent < len(queue):
             request = queue[sent]
             sent += 1
-            waiting.append(_Waiting(request, at + arrival_s, max(int(request.prompt_tokens), 1)))
+            front_free = max(at, front_free) + arrival_s
+            waiting.append(_Waiting(request, front_free, max(int(request.prompt_tokens), 1)))
 
     for _ in range(min(concurrency, len(queue))):
         send(0.0)

@@ -36,14 +36,32 @@ def test_a_newcomers_prefill_stalls_everyone_decoding() -> None:
     is a step that 'b' waits through (1 + 0.5 s for b's decode, + 1 s of prefill)."""
     requests = [SimRequest("a", 0, [0]), SimRequest("b", 0, [0, 0, 0, 0]), SimRequest("c", 100, [0])]
     sim = simulate_level(requests, 2, _linear, arrival_s=0.001)
-    # b: a step with a (1.5), then alone once (1.0: c has not arrived yet), then with c's prefill (1 + 1.0),
-    # then with c decoding (1.5)
-    assert sim.decode_s["b"] == pytest.approx(1.5 + 1.0 + 2.0 + 1.5)
+    # a's prompt is prefilled alone (b reaches the engine 1 ms after a); a's one decode step
+    # holds b's prefill; b then decodes alone once (c has not arrived yet), then beside c's
+    # prefill (1 + 1.0), then beside c decoding (1.5), then alone
+    assert sim.decode_s["a"] == pytest.approx(1.01)
+    assert sim.decode_s["b"] == pytest.approx(1.0 + 2.0 + 1.5 + 1.0)
     assert sim.decode_s["c"] == pytest.approx(1.5)
     # the same level with a one-token prompt: b decodes faster by the 99 tokens' prefill cost
     light = simulate_level([SimRequest("a", 0, [0]), SimRequest("b", 0, [0, 0, 0, 0]), SimRequest("c", 1, [0])], 2,
                            _linear, arrival_s=0.001)
     assert sim.decode_s["b"] - light.decode_s["b"] == pytest.approx(0.99)
+
+
+def test_requests_sent_together_reach_the_engine_one_after_another() -> None:
+    """A level's start: the idle engine begins a step with the first prompt alone; the other
+    three arrive during it and are prefilled in the next step, which the first request decodes
+    through (as every level of the benchmark's runs shows in its streams)."""
+    requests = [SimRequest(i, 100, [0, 0]) for i in range(4)]
+    sim = simulate_level(requests, 4, _linear, arrival_s=0.002)
+    assert sim.first_token_s[0] == pytest.approx(0.002 + 2.0)
+    assert all(sim.first_token_s[i] == pytest.approx(sim.first_token_s[0] + 1.0 + 3.0) for i in (1, 2, 3))
+    # request 0's first decode step carries the others' 300 prompt tokens
+    assert sim.decode_s[0] == pytest.approx(4.0 + 2.5)
+    # sent together with no front-end delay, all four are prefilled in one step instead
+    at_once = simulate_level(requests, 4, _linear, arrival_s=0.0)
+    assert len(set(at_once.first_token_s.values())) == 1
+    assert at_once.decode_s[0] == pytest.approx(2 * 2.5)
 
 
 def test_a_prompt_over_the_token_budget_is_prefilled_over_several_steps() -> None:
@@ -73,8 +91,8 @@ def test_uneven_acceptance_thins_the_batch() -> None:
     baseline = [SimRequest(i, 0, [0] * tokens) for i in range(4)]
     # request 0 emits 4 tokens a step (3 steps), the others 1.5 (8 steps)
     spec = [SimRequest(0, 0, [3] * 3)] + [SimRequest(i, 0, [3] * 8) for i in range(1, 4)]
-    base_sim = simulate_level(baseline, 4, _linear)
-    spec_sim = simulate_level(spec, 4, _linear)
+    base_sim = simulate_level(baseline, 4, _linear, arrival_s=0.0)
+    spec_sim = simulate_level(spec, 4, _linear, arrival_s=0.0)
     assert base_sim.effective_batch == pytest.approx(4.0)
     assert spec_sim.effective_batch < 4.0
     # a one-token answer never decodes and leaves the level after its prefill
