@@ -236,7 +236,29 @@ def _seq_knots(seqs: np.ndarray) -> np.ndarray:
     return np.array([k for k in knots if ((seqs >= k / 1.5) & (seqs <= k * 1.5)).any()] or [1.0])
 
 
-def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: int = 2048) -> StepCost:
+# Candidate knees (tokens in a step below which a draft token is nearly free) that the step
+# fit tries; the one with the least squared error over the steps wins (docs/predictor.md).
+STEP_KNEES = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
+
+
+def _nnls_trimmed(design: np.ndarray, y: np.ndarray, keep: np.ndarray, passes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative least squares, refitted ``passes - 1`` times without the steps more than six
+    robust deviations from the previous fit; the coefficients and the steps kept."""
+    from scipy.optimize import nnls
+
+    coef = np.zeros(design.shape[1])
+    for i in range(passes):
+        coef, _ = nnls(design[keep], y[keep])
+        if i == passes - 1:
+            break
+        residual = y - design @ coef
+        spread = 1.4826 * float(np.median(np.abs(residual[keep] - np.median(residual[keep]))))
+        keep = np.abs(residual) <= 6 * spread if spread > 0 else keep
+    return coef, keep
+
+
+def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: int = 2048,
+                  knee_tokens: float | None = None) -> StepCost:
     """Fit :class:`StepCost` on engine steps (:func:`speclab.steptrace.run_steps` rows, with a
     ``speculative`` column: True for steps of a speculative run).
 
@@ -244,9 +266,12 @@ def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: in
     includes idle engine time). Non-negative least squares over every step, then once more
     without the steps more than six robust deviations from the fit (a hiccup of the host is
     not a property of the engine). With no speculative step the speculative part is zero.
-    """
-    from scipy.optimize import nnls
 
+    The draft tokens are priced past a knee (:class:`VerifyCost`): ``knee_tokens`` when given,
+    else the one of :data:`STEP_KNEES` whose fit leaves the least squared error on the steps
+    the first fit kept (on the 2-core host a step of one sequence verifying four drafts cost
+    3 % less than a knee of 1 prices it, while steps of several sequences cost 1-3 % more).
+    """
     frame = steps[(steps["decode_seqs"] > 0) & steps["duration_s"].notna() & steps["matched"].astype(bool)]
     if len(frame) < 10:
         raise SpeclabError(f"Only {len(frame)} engine step(s) could be read from the stream; a step-time fit "
@@ -254,29 +279,40 @@ def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: in
     seqs = frame["decode_seqs"].to_numpy(float)
     knots = _seq_knots(seqs)
     spec = frame["speculative"].to_numpy(bool) if "speculative" in frame else np.zeros(len(frame), bool)
+    drafts = frame["draft_tokens"].to_numpy(float)
     columns = [_hat_basis(seqs, knots),
                frame["context_tokens"].to_numpy(float)[:, None],
                frame["prefill_tokens"].to_numpy(float)[:, None],
                (frame["prefill_tokens"].to_numpy(float) > 0).astype(float)[:, None]]
     names = [*(f"knot{k:g}" for k in knots), "context", "prefill_tokens", "prefill_step"]
     if spec.any():
-        columns += [spec.astype(float)[:, None], (frame["draft_tokens"].to_numpy(float) * spec)[:, None]]
+        columns += [spec.astype(float)[:, None]]
         names += ["spec_overhead", "draft_token"]
-    design = np.hstack(columns)
     y = frame["duration_s"].to_numpy(float)
-    keep = np.ones(len(y), bool)
-    for _ in range(2):
-        coef, _ = nnls(design[keep], y[keep])
-        residual = y - design @ coef
-        spread = 1.4826 * float(np.median(np.abs(residual[keep] - np.median(residual[keep]))))
-        keep = np.abs(residual) <= 6 * spread if spread > 0 else keep
+
+    def design(knee: float) -> np.ndarray:
+        if not spec.any():
+            return np.hstack(columns)
+        priced = (np.maximum(seqs + drafts, knee) - np.maximum(seqs, knee)) * spec
+        return np.hstack([*columns, priced[:, None]])
+
+    knee = 1.0 if knee_tokens is None else float(knee_tokens)
+    if knee_tokens is None and spec.any():
+        _, kept = _nnls_trimmed(design(1.0), y, np.ones(len(y), bool), 2)
+
+        def error(candidate: float) -> float:
+            coef, _ = _nnls_trimmed(design(candidate), y, kept, 1)
+            return float(((y - design(candidate) @ coef)[kept] ** 2).sum())
+
+        knee = min(STEP_KNEES, key=error)
+    coef, keep = _nnls_trimmed(design(knee), y, np.ones(len(y), bool), 2)
     values = dict(zip(names, coef.tolist(), strict=True))
     return StepCost(
         seq_knots=knots.tolist(), seq_step_s=[values[f"knot{k:g}"] for k in knots],
         per_context_token_s=values["context"], per_prefill_token_s=values["prefill_tokens"],
         prefill_step_s=values["prefill_step"],
         speculative=VerifyCost(overhead_s=values.get("spec_overhead", 0.0), per_token_s=values.get("draft_token", 0.0),
-                               source=source),
+                               knee_tokens=knee, source=source),
         budget_tokens=budget_tokens, steps_fitted=int(keep.sum()), source=source)
 
 

@@ -557,7 +557,8 @@ def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Ge
         for _ in range(n):
             picked = rng.integers(0, len(members), len(members))
             sample = steps.iloc[np.concatenate([members[i] for i in picked])]
-            draws.append(fit_step_cost(sample, source="bootstrap").speculative)
+            draws.append(fit_step_cost(sample, source="bootstrap",
+                                       knee_tokens=cost_model.steps.speculative.knee_tokens).speculative)
         return draws
     points = cost_model.points
     if points is None or len(points) < 3:

@@ -98,7 +98,26 @@ def test_the_step_fit_recovers_a_known_engine() -> None:
     assert fitted.per_prefill_token_s == pytest.approx(3.5e-4, rel=0.1)
     assert fitted.speculative.overhead_s == pytest.approx(0.003, rel=0.2)
     assert fitted.speculative.per_token_s == pytest.approx(0.0007, rel=0.1)
+    assert fitted.speculative.knee_tokens == 1.0  # every draft token costs the same here
     assert fitted.steps_fitted <= 4000 - 5  # the hiccups were left out
+
+
+def test_the_step_fit_finds_the_knee_below_which_draft_tokens_are_nearly_free() -> None:
+    """Drafts beside one sequence cost little until the step holds 4 tokens; the fit picks
+    that knee from its candidates, prices the rest, and keeps the knee it is told to."""
+    truth = StepCost(seq_knots=[1, 2, 4, 8, 16], seq_step_s=[0.030, 0.031, 0.033, 0.036, 0.042],
+                     per_context_token_s=2.5e-6, per_prefill_token_s=3.5e-4,
+                     speculative=VerifyCost(overhead_s=0.001, per_token_s=0.002, knee_tokens=4.0))
+    steps = _synthetic_steps(truth, 4000)
+    fitted = fit_step_cost(steps)
+    assert fitted.speculative.knee_tokens == 4.0
+    assert fitted.speculative.per_token_s == pytest.approx(0.002, rel=0.1)
+    # one sequence verifying two drafts (3 tokens, under the knee) pays no draft cost
+    assert fitted.seconds(1, 0, 2, 0, True) - fitted.seconds(1) == pytest.approx(0.001, abs=0.0005)
+    forced = fit_step_cost(steps, knee_tokens=1.0)
+    assert forced.speculative.knee_tokens == 1.0
+    # with the knee forced to 1, the single-sequence steps are priced dearer than they are
+    assert forced.seconds(1, 0, 2, 0, True) > fitted.seconds(1, 0, 2, 0, True) + 0.001
 
 
 def test_without_speculative_steps_the_speculative_part_is_zero_and_too_few_steps_are_refused() -> None:
