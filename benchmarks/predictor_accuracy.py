@@ -230,7 +230,16 @@ def analyse(out: Path, options: list[SpecOption], rounds: int, model: Calibrated
         print(factors.round(3).to_string(index=False))
         print(f"\n== {option.label}: the step model (fitted on the calibration's and the test baseline's engine steps) "
               "on the test runs' own steps")
-        print(step_model_check(test_base, spec_runs[option.method], option, test_model).round(3).to_string(index=False))
+        check = step_model_check(test_base, spec_runs[option.method], option, test_model)
+        print(check.round(3).to_string(index=False))
+        proposer_us = predicted.attrs.get("proposer_us_per_seq_step")
+        if proposer_us is not None:
+            # the proposer runs on the engine's CPU between forward passes, once per sequence
+            spec_rows = check[check["arm"] == option.method]
+            shares = ", ".join(f"c={int(r.concurrency)} {100 * proposer_us * 1e-3 * r.decode_seqs / r.measured_step_ms:.2f} %"
+                               for r in spec_rows.itertuples())
+            print(f"the proposer's own calls, timed in the replay: {proposer_us:.1f} us per sequence and step; "
+                  f"share of a measured speculative step: {shares}")
         oracle = divergence_and_oracle(test_base, spec_runs[option.method], option, test_model)
         table = table.merge(oracle, on=["category", "concurrency"], how="left")
         table["oracle_error_pct"] = (table["oracle_speedup"] / table["measured_speedup"] - 1.0) * 100.0

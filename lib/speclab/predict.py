@@ -527,7 +527,8 @@ def predict_from_baseline(
             })
     out = pd.DataFrame(rows)
     out.attrs.update({"proposer_impl": replay.proposer_impl, "token_source": replay.token_source,
-                      "cost_model": cost_model.verify.source, "batch_mix": batch_mix})
+                      "cost_model": cost_model.verify.source, "batch_mix": batch_mix,
+                      "proposer_us_per_seq_step": replay.proposer_us_per_seq_step})
     out["proposer_impl"] = replay.proposer_impl
     return out
 

@@ -314,7 +314,10 @@ class ReplayResult:
     ``requests``: one row per request (counters + derived ratios, unit-suffixed names).
     ``steps``: one row per decode step (request_id, position, draft_tokens, ...).
     ``proposer_impl`` says which code produced the drafts; ``token_source`` where the
-    token ids came from.
+    token ids came from. ``proposer_us_per_seq_step``: the proposer's own calls timed during
+    the replay, per sequence and step (suffix: ArcticInference's cache calls, the ones vLLM's
+    proposer makes; None where not timed): what speculation costs the engine's CPU beyond
+    the forward pass, to set against a step's milliseconds.
     """
 
     option: SpecOption
@@ -324,6 +327,7 @@ class ReplayResult:
     proposer_impl: str
     token_source: str = TOKEN_SOURCE
     notes: list[str] = field(default_factory=list)
+    proposer_us_per_seq_step: float | None = None
 
     def by(self, *keys: str) -> pd.DataFrame:
         """Counters summed over groups (e.g. ``by("category")``), ratios recomputed."""
@@ -462,6 +466,8 @@ def replay_suffix(
     return ReplayResult(
         option=option, k=k, requests=pd.DataFrame(rows), steps=pd.DataFrame(step_rows),
         proposer_impl=answer["implementation"], notes=notes,
+        proposer_us_per_seq_step=(1e6 * answer["proposer_s"] / answer["proposer_seq_steps"]
+                                  if answer.get("proposer_seq_steps") else None),
     )
 
 

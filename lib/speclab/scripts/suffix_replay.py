@@ -2,7 +2,10 @@
 
 Reads JSON on stdin: {"settings": {...}, "requests": [{request_id, level, concurrency,
 prompt, output}, ...]} (requests in send order); writes {"implementation": ..., "steps":
-{request_id: [[position, draft_tokens, accepted, emitted, past_output], ...]}} on stdout.
+{request_id: [[position, draft_tokens, accepted, emitted, past_output], ...]},
+"proposer_s": ..., "proposer_seq_steps": ...} on stdout: the last two time the cache calls
+the server's proposer makes (start, add response, speculate), summed over every sequence
+step, so the proposer's own CPU time per sequence and step can be read off.
 
 Runs with the server venv's python where ``arctic_inference`` is importable (the real
 cache), else with a pure-Python re-implementation of its path speculation (``speclab``),
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections import defaultdict
 
 # --------------------------------------------------------------------------- fallback cache
@@ -211,6 +215,8 @@ def replay(payload: dict) -> dict:
     min_prob = float(settings["suffix_decoding_min_token_prob"])
     max_len = int(settings["max_model_len"])
 
+    clock = time.perf_counter
+    proposer_s, seq_steps = 0.0, 0
     levels: dict[int, list[dict]] = defaultdict(list)
     for request in payload["requests"]:
         levels[request["level"]].append(request)
@@ -236,9 +242,11 @@ def replay(payload: dict) -> dict:
                     accepted, past = _verify(draft, output, state["pos"])
                     emitted = output[state["pos"]:state["pos"] + accepted + 1]
                     steps[req_id].append([state["pos"], len(draft), accepted, len(emitted), past])
+                started = clock()
                 if req_id not in cache.active_requests:
                     cache.start_request(req_id, request["prompt"])
                 cache.add_active_response(req_id, emitted)
+                proposer_s += clock() - started
                 state["pos"] += accepted + 1
                 if state["pos"] >= len(output):
                     finished.append(state)
@@ -246,13 +254,16 @@ def replay(payload: dict) -> dict:
                 context = request["prompt"] + output[:state["pos"]]
                 num_tokens = len(context)
                 pattern = context[max(0, num_tokens - depth):]
+                started = clock()
                 state["draft"] = cache.speculate(
                     req_id, pattern, max_spec_tokens=min(k, max_len - num_tokens - 1),
                     max_spec_factor=factor, min_token_prob=min_prob)
+                proposer_s += clock() - started
+                seq_steps += 1
             for state in finished:
                 cache.stop_request(state["r"]["request_id"])
                 running.remove(state)
-    return {"implementation": name, "steps": steps}
+    return {"implementation": name, "steps": steps, "proposer_s": proposer_s, "proposer_seq_steps": seq_steps}
 
 
 if __name__ == "__main__":
