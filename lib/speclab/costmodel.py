@@ -301,8 +301,9 @@ def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: in
         _, kept = _nnls_trimmed(design(1.0), y, np.ones(len(y), bool), 2)
 
         def error(candidate: float) -> float:
-            coef, _ = _nnls_trimmed(design(candidate), y, kept, 1)
-            return float(((y - design(candidate) @ coef)[kept] ** 2).sum())
+            matrix = design(candidate)
+            coef, _ = _nnls_trimmed(matrix, y, kept, 1)
+            return float(((y - matrix @ coef)[kept] ** 2).sum())
 
         knee = min(STEP_KNEES, key=error)
     coef, keep = _nnls_trimmed(design(knee), y, np.ones(len(y), bool), 2)
