@@ -34,7 +34,7 @@ setup: ## venvs (built side by side) + tcmalloc + the embedded model converted o
 	@$(BIN)/speclab setup --eagle3
 
 train-drafter: setup ## train the embedded model's EAGLE-3 head once (13-18 min on 2 cores: answers, features, 8 min of training; cached)
-	@$(BIN)/python -m speclab.drafter_train
+	@$(BIN)/python -m speclab.eagle3.train
 
 demo: setup ## run the whole workbook on the embedded server; prints wall time by phase and the report's path
 	@$(BIN)/speclab demo
@@ -59,7 +59,7 @@ lint: venv ## ruff on everything, mypy (the type checker) on lib/
 	@$(BIN)/mypy
 
 lab: setup ## open JupyterLab on the notebooks (kernels on encrypted transport)
-	@$(BIN)/jupyter lab $$($(BIN)/python -c "from speclab.kernels import server_arguments as a; print(*a())") notebooks/
+	@$(BIN)/jupyter lab $$($(BIN)/python -c "from speclab.cli.kernels import server_arguments as a; print(*a())") notebooks/
 
 bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench serve) and ingest ceiling
 	@$(BIN)/python benchmarks/ingest_ceiling.py

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import httpx
 
-from speclab.drafter_corpus import training_corpus
-from speclab.drafter_train import DEFAULT_PROMPTS, ensure_trained_head, evaluate_head
-from speclab.embedded import SERVED_MODEL_NAME, embedded_launch
-from speclab.metrics import scrape_metrics, window
+from speclab.eagle3.corpus import training_corpus
+from speclab.eagle3.train import DEFAULT_PROMPTS, ensure_trained_head, evaluate_head
+from speclab.measure.metrics import scrape_metrics, window
 from speclab.options import SpecOption
 from speclab.prompts import BUILTIN_CATEGORIES, Prompt, load_builtin
-from speclab.server import ManagedServer, free_port
+from speclab.serve.embedded import SERVED_MODEL_NAME, embedded_launch
+from speclab.serve.launch import ManagedServer, free_port
 
 
 def serve_and_time(option: SpecOption, prompts: list, max_tokens: int, log: Path) -> tuple[list[dict], object]:

@@ -24,15 +24,15 @@ from pathlib import Path
 
 import httpx
 
-from speclab.embedded import model_dir
-from speclab.loadgen import SweepConfig, measure_sweep
-from speclab.metrics import scrape_metrics, window
+from speclab.measure.loadgen import SweepConfig, measure_sweep
+from speclab.measure.metrics import scrape_metrics, window
 from speclab.paths import server_python
 from speclab.prompts import load_builtin
 from speclab.runfolder import Plan, PlannedRequest
 from speclab.runs import Run
+from speclab.serve.embedded import model_dir
+from speclab.serve.target import ServerTarget, serve_target
 from speclab.stats import median
-from speclab.target import ServerTarget, serve_target
 
 CLI = Path(__file__).resolve().parents[1] / "lib" / "speclab" / "scripts" / "vllm_cli.py"
 

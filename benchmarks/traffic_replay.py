@@ -3,7 +3,7 @@
 A seeded synthetic log with token ids (no tokenisation: this measures the replay) is replayed
 with vLLM's n-gram proposer (k=4, lookup 2..4) three ways, side by side:
 
-* single process: :func:`speclab.traffic_replay.replay_log` without Ray;
+* single process: :func:`speclab.traffic.replay.replay_log` without Ray;
 * Ray, 1 worker and 2 workers: a local Ray (127.0.0.1) started and warmed first (worker
   processes spawned, the compiled kernel loaded), its start-up printed separately.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from speclab.ngram_fast import pack_requests, replay_ngram_batch  # noqa: E402
-from speclab.traffic_gen import write_log  # noqa: E402
-from speclab.traffic_replay import _start_ray, iter_options, replay_log  # noqa: E402
+from speclab.predict.ngram_fast import pack_requests, replay_ngram_batch  # noqa: E402
+from speclab.traffic.gen import write_log  # noqa: E402
+from speclab.traffic.replay import _start_ray, iter_options, replay_log  # noqa: E402
 
 
 def _warm(n: int) -> float:

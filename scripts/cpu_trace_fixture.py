@@ -19,11 +19,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from speclab.embedded import embedded_option
 from speclab.profiling import analyse_profile, trim_trace
 from speclab.profiling.trace import read_trace
 from speclab.runs import Run
-from speclab.target import ServerTarget, serve_target
+from speclab.serve.embedded import embedded_option
+from speclab.serve.target import ServerTarget, serve_target
 
 
 def main() -> int:

@@ -17,11 +17,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from speclab.embedded import embedded_option
-from speclab.loadgen import SweepConfig, bench
+from speclab.measure.loadgen import SweepConfig, bench
 from speclab.options import SpecOption
 from speclab.runfolder import Plan
-from speclab.target import ServerTarget
+from speclab.serve.embedded import embedded_option
+from speclab.serve.target import ServerTarget
 
 PLAN_FROM = Path(__file__).resolve().parents[1] / "tests" / "data" / "predict" / "f32-baseline"
 KEEP = ("manifest.json", "plan.json", "prompts.jsonl", "summary.json")

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, Engine, SpecOption, default_option
+from speclab.serve.target import ServerTarget
 from speclab.sweep import SweepConfig
-from speclab.target import ServerTarget
 from speclab.urls import restore_credentials
 
 Mode = Literal["embedded", "external"]
@@ -231,7 +231,7 @@ class MoESpecParams(_NotebookParams):
 
     @model_validator(mode="after")
     def _routings_parse(self) -> Any:
-        from speclab.moe import parse_routing
+        from speclab.moe.models import parse_routing
 
         for text in [*self.routings, self.budget_routing]:
             if text != "fitted":

@@ -8,20 +8,20 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
-from speclab.identity import ServerIdentity
-from speclab.loadgen import SweepResult, check_before_sweep, measure_sweep
+from speclab.measure.identity import ServerIdentity
+from speclab.measure.loadgen import SweepResult, check_before_sweep, measure_sweep
 from speclab.options import SpecOption, default_option
 from speclab.params import BaselineParams, Eagle3Params, ProfileNotebookParams, SpecParams, _NotebookParams
+from speclab.predict.costmodel import CalibratedStepTime
 from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
 from speclab.profiling.capture import CaptureResult, capture_profile
 from speclab.prompts import Prompt
+from speclab.report.tables import COST_MODEL_JSON, PREDICTIONS_PARQUET, load_cost_model
 from speclab.runfolder import Plan, RunData, latest_run, load_run
 from speclab.runs import Run
+from speclab.serve.target import serve_target
 from speclab.sweep import SweepConfig
-from speclab.tables import COST_MODEL_JSON, PREDICTIONS_PARQUET, load_cost_model
-from speclab.target import serve_target
 
 
 def start_run(params: _NotebookParams, kind: str) -> Run:
@@ -50,7 +50,7 @@ def check_baseline_inputs(params: BaselineParams) -> Plan:
     plan, and (``verify_cost: calibrate``) the calibration prompts. Returns the plan."""
     plan = check_before_sweep(params.sweep_only())
     if params.verify_cost == "calibrate":  # its prompts are checked now, not after the sweep
-        from speclab.calibration import calibration_prompts
+        from speclab.predict.calibration import calibration_prompts
 
         calibration_prompts(params.prompts, params.categories, set(plan.prompts))
     return plan
@@ -79,7 +79,7 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
         if params.verify_cost == "calibrate":
             # The calibration's baseline arm on this same server: one start fewer (25-35 s
             # on 2 cores), and the verify cost is read against the instance measured here.
-            from speclab.calibration import measure_calibration_baseline
+            from speclab.predict.calibration import measure_calibration_baseline
 
             cal_config, pool, said = _calibration_inputs(params, set(plan.prompts))
             print(f"speclab: {said}; its baseline arm runs on this server now")
@@ -96,7 +96,7 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
 def _calibration_inputs(params: BaselineParams, used: set[str]) -> tuple[SweepConfig, list[Prompt], str]:
     """The verify-cost calibration's sweep, its prompts (none the baseline used) and the
     sentence saying which they are."""
-    from speclab.calibration import calibration_prompts
+    from speclab.predict.calibration import calibration_prompts
 
     pool, said = calibration_prompts(params.prompts, params.categories, used)
     # The pool is passed in: its own categories, not the baseline's, choose the plan.
@@ -175,9 +175,9 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
     cost_model.json so 02-ngram and 05-report predict with the same model.
     """
-    from speclab.calibration import finished_calibration_baseline, measure_verify_cost
-    from speclab.costmodel import VerifyCost
-    from speclab.embedded import embedded_option
+    from speclab.predict.calibration import finished_calibration_baseline, measure_verify_cost
+    from speclab.predict.costmodel import VerifyCost
+    from speclab.serve.embedded import embedded_option
 
     record: dict[str, Any] = {"source": params.verify_cost}
     if params.verify_cost == "calibrate":
@@ -226,7 +226,7 @@ def prediction_options(methods: Sequence[str], ngram_k: int, suffix_k: int) -> l
 
 def predictions_for_baseline(data: RunData, params: BaselineParams, model: CalibratedStepTime) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per option x category x concurrency; saved."""
-    from speclab.predict import predict_from_baseline
+    from speclab.predict.predictions import predict_from_baseline
 
     frames = [predict_from_baseline(data.path, option, model)
               for option in prediction_options(params.predict_methods, params.predict_k,
@@ -239,7 +239,7 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
 
 def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
     """Hours until a restart into each option pays for itself, for the expected traffic."""
-    from speclab.predict import restart_payback
+    from speclab.predict.predictions import restart_payback
 
     frames = []
     for option, rows in predicted.groupby("option", sort=False):

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from speclab.client import default_timeouts
-from speclab.compare import losslessness, pair_requests, paired_speedups
 from speclab.errors import SpeclabError
-from speclab.loadgen import SweepConfig, check_before_sweep, plan_sweep
+from speclab.measure.client import default_timeouts
+from speclab.measure.loadgen import SweepConfig, check_before_sweep, plan_sweep
 from speclab.outcome import assess_levels
+from speclab.predict.compare import losslessness, pair_requests, paired_speedups
 from speclab.prompts import Prompt
 from speclab.runs import Run, check_run_dir, redact, redact_argv
 from speclab.urls import Endpoint, strip_credentials, strip_credentials_in_text
@@ -116,7 +116,7 @@ def test_default_timeouts_grow_with_max_tokens() -> None:
 
 
 def test_calibration_takes_prompts_it_can_use(tmp_path: Path) -> None:
-    from speclab.calibration import calibration_prompts, plan_per_category
+    from speclab.predict.calibration import calibration_prompts, plan_per_category
 
     own = tmp_path / "mine.jsonl"
     own.write_text("".join(json.dumps({"id": f"m{i}", "category": "mine",
@@ -178,7 +178,7 @@ def test_reasoning_streamed_is_counted_when_the_server_reports_zero() -> None:
     # vLLM 0.32 counts reasoning only between <think> and </think> in the generated ids; a
     # template that opens the thought in the prompt gets reasoning_tokens 0 in usage
     # (seen on the embedded reasoning variant). The stream's exact per-chunk split wins.
-    from speclab.client import RequestSpec, StreamAccumulator
+    from speclab.measure.client import RequestSpec, StreamAccumulator
 
     def event(**delta: object) -> bytes:
         return json.dumps(delta).encode()

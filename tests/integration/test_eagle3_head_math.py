@@ -58,7 +58,7 @@ assert worst < 1e-6, worst  # RMSNorm computes in float32
 
 @pytest.mark.integration
 def test_unrolled_training_matches_one_token_at_a_time_drafting() -> None:
-    from speclab.embedded import ensure_server_venv
+    from speclab.serve.embedded import ensure_server_venv
 
     result = subprocess.run([str(ensure_server_venv()), "-c", CHECK, str(SCRIPTS)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

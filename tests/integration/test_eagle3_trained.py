@@ -15,12 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from speclab.drafter_train import SMOKE_HEAD, ensure_trained_head, evaluate_head, generate_answers
-from speclab.embedded import embedded_launch
-from speclab.metrics import scrape_metrics, window
+from speclab.eagle3.train import SMOKE_HEAD, ensure_trained_head, evaluate_head, generate_answers
+from speclab.measure.metrics import scrape_metrics, window
 from speclab.options import SpecOption
 from speclab.prompts import load_builtin
-from speclab.server import ManagedServer, free_port
+from speclab.serve.embedded import embedded_launch
+from speclab.serve.launch import ManagedServer, free_port
 
 pytestmark = pytest.mark.integration
 

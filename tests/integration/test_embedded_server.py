@@ -11,13 +11,13 @@ import time
 import httpx
 import pytest
 
-from speclab.client import RequestSpec, Sampling, StreamClient
-from speclab.embedded import embedded_option
-from speclab.metrics import scrape_metrics, spec_decode_info, window
+from speclab.measure.client import RequestSpec, Sampling, StreamClient
+from speclab.measure.metrics import scrape_metrics, spec_decode_info, window
 from speclab.prompts import load_builtin
 from speclab.runs import Run
-from speclab.server import free_port, group_alive
-from speclab.target import ServerTarget, serve_target
+from speclab.serve.embedded import embedded_option
+from speclab.serve.launch import free_port, group_alive
+from speclab.serve.target import ServerTarget, serve_target
 from tests.conftest import no_vllm_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_lock")]

@@ -11,7 +11,7 @@ import pytest
 from speclab.profiling import analyse_profile
 from speclab.profiling.capture import capture_profile
 from speclab.runs import Run
-from speclab.target import ServerTarget, serve_target
+from speclab.serve.target import ServerTarget, serve_target
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_lock"), pytest.mark.timeout(300)]
 

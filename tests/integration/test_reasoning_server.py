@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from speclab.embedded import embedded_launch
-from speclab.loadgen import bench, plan_sweep
+from speclab.measure.loadgen import bench, plan_sweep
 from speclab.prompts import Prompt
 from speclab.runfolder import read_records
-from speclab.server import free_port
+from speclab.serve.embedded import embedded_launch
+from speclab.serve.launch import free_port
+from speclab.serve.target import ServerTarget
 from speclab.sweep import SweepConfig
-from speclab.target import ServerTarget
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("vllm_lock")]
 

@@ -3,7 +3,7 @@
 One per-category plan (every level one category) is run on a float32 baseline server and
 on float32 n-gram and suffix servers (float32: batched verification leaves greedy outputs
 bit-identical, so the replay sees the text the speculative server wrote). The n-gram pair
-is made by :func:`speclab.calibration.measure_verify_cost`, which this also tests.
+is made by :func:`speclab.predict.calibration.measure_verify_cost`, which this also tests.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import fcntl
 import pandas as pd
 import pytest
 
-from speclab.calibration import measure_verify_cost, plan_per_category
-from speclab.embedded import embedded_option
-from speclab.loadgen import SweepConfig, bench
-from speclab.predict import (
+from speclab.measure.loadgen import SweepConfig, bench
+from speclab.predict.calibration import measure_verify_cost, plan_per_category
+from speclab.predict.predictions import (
     compare_predicted_measured,
     compare_replay_with_server,
 )
-from speclab.replay import baseline_requests, replay_suffix
-from speclab.target import ServerTarget
+from speclab.predict.replay import baseline_requests, replay_suffix
+from speclab.serve.embedded import embedded_option
+from speclab.serve.target import ServerTarget
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from speclab.paths import server_python
-from speclab.traffic_gen import write_log
-from speclab.traffic_replay import iter_options, read_log_replay, replay_log
-from speclab.traffic_tokens import ChatTokenizer
+from speclab.traffic.gen import write_log
+from speclab.traffic.replay import iter_options, read_log_replay, replay_log
+from speclab.traffic.tokens import ChatTokenizer
 from tests.fakes.tiny_tokenizer import write_tiny_model
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_a_ray_address_runs_the_replay_on_that_cluster(tmp_path: Path, vllm_lock
     import subprocess
     import sys
 
-    from speclab.server import free_port
+    from speclab.serve.launch import free_port
 
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent))
     if ray_cli is None:

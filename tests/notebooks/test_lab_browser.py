@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from speclab.kernels import server_arguments
+from speclab.cli.kernels import server_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -107,7 +107,7 @@ def test_02_ngram_runs_in_jupyterlab_in_a_real_browser(tmp_path: Path, smoke_bas
         pytest.skip("no Chromium at /usr/bin/chromium or on PATH (apt-get install chromium); "
                     "the browser test drives the system browser and never downloads one")
     playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-    from speclab.server import free_port
+    from speclab.serve.launch import free_port
 
     folder = tmp_path / "lab"
     folder.mkdir()

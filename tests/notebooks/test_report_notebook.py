@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from speclab import findings
 from speclab.cli.workbook import run_notebook
 from speclab.profiling import analyse_profile
+from speclab.report import findings
 from speclab.runs import Run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from speclab.calibration import BASELINE_ON_LIVE, finished_calibration_baseline, measure_calibration_baseline
-from speclab.embedded import embedded_option
 from speclab.errors import SpeclabError
+from speclab.predict.calibration import (
+    BASELINE_ON_LIVE,
+    finished_calibration_baseline,
+    measure_calibration_baseline,
+)
 from speclab.runs import Run
+from speclab.serve.embedded import embedded_option
+from speclab.serve.target import ServerTarget
 from speclab.sweep import SweepConfig
-from speclab.target import ServerTarget
 
 
 def _arm(root: Path, status: str, plan: bool = True) -> Path:

@@ -1,4 +1,4 @@
-"""speclab.client: the parsing core, the httpx transport (MockTransport) and the fast
+"""speclab.measure.client: the parsing core, the httpx transport (MockTransport) and the fast
 transport (a real asyncio server on 127.0.0.1), fed the stream shapes vLLM and SGLang send.
 """
 
@@ -16,7 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from speclab.client import (
+from speclab.errors import SpeclabError
+from speclab.measure.client import (
     LoopLagMonitor,
     RequestSpec,
     Sampling,
@@ -25,7 +26,6 @@ from speclab.client import (
     StreamClient,
     measure_loop_lag,
 )
-from speclab.errors import SpeclabError
 
 KINDS = ["fast", "httpx"]
 DONE = b"data: [DONE]\n\n"

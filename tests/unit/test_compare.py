@@ -1,4 +1,4 @@
-"""speclab.compare: the paired bootstrap speedup, its verdict, and the losslessness check."""
+"""speclab.predict.compare: the paired bootstrap speedup, its verdict, and the losslessness check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclab.compare import (
+from speclab.predict.compare import (
     FASTER,
     SLOWER,
     TOO_FEW,

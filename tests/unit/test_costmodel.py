@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from speclab.costmodel import (
+from speclab.errors import SpeclabError
+from speclab.predict.costmodel import (
     CalibratedStepTime,
     SeedScenario,
     VerifyCost,
@@ -25,7 +26,6 @@ from speclab.costmodel import (
     predict_speedup,
     speedup_table,
 )
-from speclab.errors import SpeclabError
 
 DATA = Path(__file__).parents[1] / "data" / "predict"
 
@@ -226,7 +226,7 @@ def test_seed_scenario_round_trips_through_yaml() -> None:
 
 
 def test_notebook_api_on_a_recorded_pair() -> None:
-    from speclab.predict import (
+    from speclab.predict.predictions import (
         calibrate_from_runs,
         compare_predicted_measured,
         compare_replay_with_server,
@@ -271,8 +271,8 @@ def test_notebook_api_on_a_recorded_pair() -> None:
 
 
 def test_verify_cost_table_reads_the_model_in_milliseconds() -> None:
-    from speclab.costmodel import CalibratedStepTime, VerifyCost
-    from speclab.tables import verify_cost_table
+    from speclab.predict.costmodel import CalibratedStepTime, VerifyCost
+    from speclab.report.tables import verify_cost_table
 
     base = pd.DataFrame({"batch": [1.0, 4.0], "step_s": [0.040, 0.046]})
     model = CalibratedStepTime(base, VerifyCost(overhead_s=0.0004, per_token_s=0.001, exponent=1.0, source="fit: a + b"))

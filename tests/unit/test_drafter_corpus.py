@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speclab.drafter_corpus import training_corpus
+from speclab.eagle3.corpus import training_corpus
 from speclab.prompts import BUILTIN_CATEGORIES, load_builtin
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speclab.drafter import check_drafter_match, model_stem, require_drafter_match
+from speclab.eagle3.match import check_drafter_match, model_stem, require_drafter_match
 from speclab.errors import SpeclabError
 
 # Field values from the public config.json files: moonshotai/Kimi-K2.5 (text_config),

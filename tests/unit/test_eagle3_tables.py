@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from speclab.eagle3.workbook import measured_acceptance, offline_table
 from speclab.runfolder import RunData
-from speclab.workbook_eagle3 import measured_acceptance, offline_table
 
 
 def test_offline_counts_pool_rows_per_category_and_overall() -> None:
@@ -37,8 +37,8 @@ def test_predicted_speedup_follows_acceptance_verify_cost_and_draft_time(tmp_pat
     import shutil
     from pathlib import Path
 
-    from speclab.predict import level_timings
-    from speclab.workbook_eagle3 import predict_speedups, predicted_vs_measured_speedup
+    from speclab.eagle3.workbook import predict_speedups, predicted_vs_measured_speedup
+    from speclab.predict.predictions import level_timings
 
     base = tmp_path / "baseline"
     shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "predict" / "f32-baseline", base)

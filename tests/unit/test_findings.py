@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from speclab import findings
 from speclab.profiling import analyse_profile
+from speclab.report import findings
 from speclab.sections import read_section
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"

@@ -6,7 +6,8 @@ import math
 
 import pandas as pd
 
-from speclab import compare, formatting
+from speclab.predict import compare
+from speclab.report import formatting
 
 
 def test_headers_read_as_words_with_units() -> None:

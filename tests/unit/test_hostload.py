@@ -9,8 +9,8 @@ import time
 import pandas as pd
 import pytest
 
-from speclab import hostload
-from speclab.compare import host_load_by_arm, load_contamination
+from speclab.measure import hostload
+from speclab.predict.compare import host_load_by_arm, load_contamination
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.identity import contradictions, probe_server, speculative_config_from_argv
+from speclab.measure.identity import contradictions, probe_server, speculative_config_from_argv
 from speclab.options import SpecOption
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -14,19 +14,26 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parents[2] / "lib"
 
 LAYERS: dict[str, set[str]] = {
+    # A package's __init__ that only names its modules imports nothing, so it sits at the bottom.
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
-                   "runfolder", "sections", "sweep", "auth", "outcome", "drafter_corpus"},
-    "analysis": {"replay", "costmodel", "levelsim", "steptrace", "predict", "compare", "findings", "profiling", "profiling.trace",
-                 "profiling.buckets", "profiling.analysis", "profiling.plots", "profiling.hta",
-                 "drafter", "trainplan", "moe", "moe_traces", "moe_plots", "ngram_fast", "traffic_logs", "traffic_gen", "traffic_tokens",
-                 "traffic_replay", "traffic", "traffic_plots"},
-    "measurement": {"client", "client.records", "client.sse", "client.fast", "client.via_httpx",
-                    "client.stream", "client.transport", "client.harness", "metrics", "summary",
-                    "loadgen", "identity", "profiling.capture", "hostload", "moe_bench"},
-    "server": {"server", "embedded", "target", "drafter_train", "moe_engine"},
-    "workbook": {"params", "workbook", "calibration", "report", "plots", "explore", "tables", "formatting",
-                 "kernels", "cli", "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "workbook_eagle3",
-                 "moe_workbook", "cli.traffic", "traffic_run"},
+                   "runfolder", "sections", "sweep", "auth", "outcome", "eagle3.corpus",
+                   "moe", "traffic", "eagle3", "predict", "measure", "serve", "report"},
+    "analysis": {"predict.replay", "predict.ngram_fast", "predict.costmodel", "predict.steptrace",
+                 "predict.levelsim", "predict.predictions", "predict.compare", "report.findings",
+                 "profiling", "profiling.trace", "profiling.buckets", "profiling.analysis",
+                 "profiling.plots", "profiling.hta", "eagle3.match", "eagle3.plan",
+                 "moe.models", "moe.traces", "moe.plots", "traffic.logs", "traffic.gen",
+                 "traffic.tokens", "traffic.replay", "traffic.day", "traffic.plots"},
+    "measurement": {"measure.client", "measure.client.records", "measure.client.sse",
+                    "measure.client.fast", "measure.client.via_httpx", "measure.client.stream",
+                    "measure.client.transport", "measure.client.harness", "measure.metrics",
+                    "measure.summary", "measure.loadgen", "measure.identity", "measure.hostload",
+                    "profiling.capture", "moe.bench"},
+    "server": {"serve.launch", "serve.embedded", "serve.target", "eagle3.train", "moe.engine"},
+    "workbook": {"params", "workbook", "predict.calibration", "report.decision", "report.plots",
+                 "report.explore", "report.tables", "report.formatting", "cli", "cli.kernels",
+                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "cli.traffic",
+                 "eagle3.workbook", "moe.workbook", "traffic.workbook"},
 }
 ALLOWED = {
     "vocabulary": {"vocabulary"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speclab.levelsim import SimRequest, simulate_level
+from speclab.predict.levelsim import SimRequest, simulate_level
 
 
 def _linear(seqs: int, context: int, drafts: int, prefill: int) -> float:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
+from speclab.measure.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.prompts import load_builtin
 from speclab.runfolder import LEVEL_KEYS, Plan, read_records
 from speclab.runs import Run

@@ -1,4 +1,4 @@
-"""speclab.metrics: snapshots, deltas, renamed metrics, resets, foreign traffic, scraping.
+"""speclab.measure.metrics: snapshots, deltas, renamed metrics, resets, foreign traffic, scraping.
 
 Fixtures in tests/data/metrics: ``vllm_ngram_*`` and ``vllm_baseline_*`` are real captures
 from vLLM 0.32 on this project's CPU server; ``vllm_old_names_*`` and ``sglang_*`` are
@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.metrics import (
+from speclab.measure.metrics import (
     CounterWindow,
     MetricsSnapshot,
     ascrape_metrics,

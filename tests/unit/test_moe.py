@@ -6,9 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclab.costmodel import SeedScenario
 from speclab.errors import SpeclabError
-from speclab.moe import (
+from speclab.moe.models import (
     MoEStepTime,
     RoutingModel,
     RoutingSample,
@@ -25,6 +24,7 @@ from speclab.moe import (
     simulate_distinct,
     trace_distinct_curve,
 )
+from speclab.predict.costmodel import SeedScenario
 
 
 @pytest.mark.parametrize(("experts", "top_k"), [(384, 8), (64, 8), (128, 4)])

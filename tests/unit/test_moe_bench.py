@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.moe_bench import LayerShape, bench_frame, load_bench, run_layer_bench, shipped_gpu_bench
+from speclab.moe.bench import LayerShape, bench_frame, load_bench, run_layer_bench, shipped_gpu_bench
 from speclab.paths import server_python
 
 

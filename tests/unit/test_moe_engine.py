@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from speclab.moe_engine import engine_table, load_engine, shipped_engine
+from speclab.moe.engine import engine_table, load_engine, shipped_engine
 
 
 def _row(model: str, k: int, step_s: float, verified: float) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from speclab import moe_workbook as mw
+from speclab.moe import workbook as mw
 from speclab.params import MoESpecParams
 
 ROOT = Path(__file__).resolve().parents[2]

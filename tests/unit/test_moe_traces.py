@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.moe_traces import (
+from speclab.moe.traces import (
     load_torch_file,
     read_sglang_dump,
     returned_routes,

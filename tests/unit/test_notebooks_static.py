@@ -64,8 +64,8 @@ PARAM_FILES = sorted(p for p in (ROOT / "params").rglob("*.yaml") if p.name != "
 
 
 def test_the_seeds_scenario_example_validates_and_explains_the_loss() -> None:
-    from speclab.costmodel import SeedScenario, explain_seed_ngram_loss
     from speclab.params import load_params_file
+    from speclab.predict.costmodel import SeedScenario, explain_seed_ngram_loss
 
     scenario = SeedScenario.model_validate(
         load_params_file(ROOT / "params/examples/kimi-k25-8xpcie/scenario.yaml"))

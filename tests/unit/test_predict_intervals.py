@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from speclab.predict import (
+from speclab.predict.predictions import (
     PREDICTED_LOSS,
     PREDICTED_UNCLEAR,
     PREDICTED_WIN,
@@ -51,7 +51,7 @@ def test_more_data_narrows_the_interval(table) -> None:
 
 def test_a_server_instance_spread_widens_every_interval() -> None:
     from speclab.options import default_option
-    from speclab.predict import predict_from_baseline
+    from speclab.predict.predictions import predict_from_baseline
 
     model = calibrate_from_runs(RUNS / "f32-baseline", RUNS / "f32-ngram")
     widths = []

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from speclab.costmodel import fit_step_time
 from speclab.options import default_option
-from speclab.predict import calibrate_from_runs, predict_from_baseline, spec_level_points
+from speclab.predict.costmodel import fit_step_time
+from speclab.predict.predictions import calibrate_from_runs, predict_from_baseline, spec_level_points
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
 

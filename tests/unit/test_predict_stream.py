@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from speclab.options import default_option
-from speclab.predict import (
+from speclab.predict.predictions import (
     calibrate_from_runs,
     calibration_steps,
     compare_predicted_measured,
     predict_from_baseline,
     with_baseline_steps,
 )
-from speclab.tables import verify_cost_table
+from speclab.report.tables import verify_cost_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "predict"
 BASE, SPEC = DATA / "stream-f32-baseline", DATA / "stream-f32-ngram"

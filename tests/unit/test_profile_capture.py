@@ -78,7 +78,7 @@ def fake_load(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                      "requests": len(plan.requests)})
         time.sleep(1.0)
 
-    monkeypatch.setattr("speclab.loadgen.measure_sweep", load)
+    monkeypatch.setattr("speclab.measure.loadgen.measure_sweep", load)
     return seen
 
 

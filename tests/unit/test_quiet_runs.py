@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nbformat
 
-from speclab import kernels
+from speclab.cli import kernels
 from speclab.cli.workbook import phase_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_a_kernel_started_our_way_does_not_warn_about_plain_tcp(tmp_path: Path) 
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     source, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
     nbformat.write(nb, source)
-    script = ("import papermill, sys; from speclab.kernels import kernel_config; "
+    script = ("import papermill, sys; from speclab.cli.kernels import kernel_config; "
               f"papermill.execute_notebook({str(source)!r}, {str(out)!r}, kernel_name='python3', "
               "progress_bar=False, config=kernel_config() if sys.argv[1] == 'quiet' else None)")
     quiet = subprocess.run([sys.executable, "-c", script, "quiet"], capture_output=True, text=True, timeout=120)
@@ -72,8 +72,8 @@ def test_tcmalloc_setup_says_how_when_it_cannot_install(tmp_path: Path) -> None:
 
 
 def test_the_demo_times_drafter_training_as_its_own_phase_once(tmp_path, monkeypatch) -> None:
-    from speclab import drafter_train
     from speclab.cli import workbook as cli_workbook
+    from speclab.eagle3 import train as drafter_train
 
     calls = []
     monkeypatch.setattr(drafter_train, "trained_head_dir", lambda *a, **k: tmp_path)

@@ -11,7 +11,7 @@ import pytest
 
 from speclab.options import SpecOption
 from speclab.paths import server_python
-from speclab.replay import (
+from speclab.predict.replay import (
     ReplayStep,
     baseline_requests,
     ngram_propose,

@@ -15,9 +15,11 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from speclab import compare, report, tables
-from speclab.costmodel import payback_hours
 from speclab.params import ReportParams
+from speclab.predict import compare
+from speclab.predict.costmodel import payback_hours
+from speclab.report import decision as report
+from speclab.report import tables
 from speclab.runs import Run
 from speclab.sections import write_section
 
@@ -32,9 +34,9 @@ def bundle() -> report.ReportBundle:
 
 
 def test_the_report_module_never_imports_the_workbook_layer() -> None:
-    code = ("import sys, speclab.report, speclab.tables, speclab.formatting, speclab.findings; "
-            "print(sorted(m for m in sys.modules if m in ('speclab.workbook', 'speclab.embedded', "
-            "'speclab.cli.workbook', 'speclab.explore')))")
+    code = ("import sys, speclab.report.decision, speclab.report.tables, speclab.report.formatting, speclab.report.findings; "
+            "print(sorted(m for m in sys.modules if m in ('speclab.workbook', 'speclab.serve.embedded', "
+            "'speclab.cli.workbook', 'speclab.report.explore')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

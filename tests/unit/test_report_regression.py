@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from speclab import report
 from speclab.params import ReportParams
+from speclab.report import decision as report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RUNS = DATA / "predict"

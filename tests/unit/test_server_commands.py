@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from speclab.errors import SpeclabError
 from speclab.options import SpecOption
-from speclab.server import ServerLaunch
+from speclab.serve.launch import ServerLaunch
 
 
 def flag_value(cmd: list[str], flag: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.server import ManagedServer, ServerLaunch, free_port, group_alive
+from speclab.serve.launch import ManagedServer, ServerLaunch, free_port, group_alive
 
 
 def launch_for(python: str, port: int | None = None, model: str = "org/model") -> ServerLaunch:
@@ -87,7 +87,7 @@ def test_killing_the_workbook_leaves_no_server(fake_python, tmp_path: Path, sig:
     pidfile = tmp_path / "server.pid"
     script = textwrap.dedent(f"""
         import time
-        from speclab.server import ManagedServer, ServerLaunch, free_port
+        from speclab.serve.launch import ManagedServer, ServerLaunch, free_port
         launch = ServerLaunch(model="org/m", python={python!r}, port=free_port())
         with ManagedServer(launch, {str(tmp_path / 's.log')!r}) as server:
             open({str(pidfile)!r}, "w").write(str(server.pid))

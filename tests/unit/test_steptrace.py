@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speclab.costmodel import StepCost, VerifyCost, fit_step_cost
-from speclab.steptrace import StepPlan, level_steps, run_steps
+from speclab.predict.costmodel import StepCost, VerifyCost, fit_step_cost
+from speclab.predict.steptrace import StepPlan, level_steps, run_steps
 
 
 def _record(request_id: str, send: float, prompt: int, at: list[float], tokens: list[int] | None = None,

@@ -15,17 +15,23 @@ import pandas as pd
 import pytest
 
 from speclab.cli import main
-from speclab.costmodel import predict_speedup
 from speclab.errors import SpeclabError
-from speclab.ngram_fast import _kmp_start, counter_columns, pack_requests, replay_ngram_batch
-from speclab.replay import ngram_propose, replay_ngram_tokens, summarise_steps
+from speclab.predict.costmodel import predict_speedup
+from speclab.predict.ngram_fast import _kmp_start, counter_columns, pack_requests, replay_ngram_batch
+from speclab.predict.replay import ngram_propose, replay_ngram_tokens, summarise_steps
 from speclab.sections import read_section
-from speclab.traffic import acceptance_by, concurrency_profile, given_cost_model, length_bucket, predict_day
-from speclab.traffic_gen import generate_rows, write_log
-from speclab.traffic_logs import iter_log_batches, normalise_row
-from speclab.traffic_replay import ReplayOption, iter_options, read_log_replay, replay_log
-from speclab.traffic_run import check_against_server
-from speclab.traffic_tokens import ChatTokenizer
+from speclab.traffic.day import (
+    acceptance_by,
+    concurrency_profile,
+    given_cost_model,
+    length_bucket,
+    predict_day,
+)
+from speclab.traffic.gen import generate_rows, write_log
+from speclab.traffic.logs import iter_log_batches, normalise_row
+from speclab.traffic.replay import ReplayOption, iter_options, read_log_replay, replay_log
+from speclab.traffic.tokens import ChatTokenizer
+from speclab.traffic.workbook import check_against_server
 from tests.fakes.tiny_tokenizer import write_tiny_model
 
 COST = {"baseline": [{"batch": 1, "step_ms": 20}, {"batch": 8, "step_ms": 24}, {"batch": 32, "step_ms": 40}],
@@ -314,7 +320,7 @@ def test_baseline_hook_puts_traffic_next_to_the_benchmark_prediction(tmp_path: P
     import shutil
 
     from speclab.params import BaselineParams
-    from speclab.traffic_run import traffic_for_baseline
+    from speclab.traffic.workbook import traffic_for_baseline
 
     run = tmp_path / "baseline"
     shutil.copytree(Path(__file__).parents[1] / "data" / "predict" / "f32-baseline", run)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from speclab.errors import SpeclabError
-from speclab.trainplan import (
+from speclab.eagle3.plan import (
     DataPlan,
     StepTime,
     TargetShape,
@@ -18,6 +17,7 @@ from speclab.trainplan import (
     step_time_from_record,
     write_plan,
 )
+from speclab.errors import SpeclabError
 
 KIMI = TargetShape.from_config({"text_config": {"hidden_size": 7168, "num_hidden_layers": 61,
                                                 "vocab_size": 163840}}, "Kimi-K2.5")

@@ -71,11 +71,11 @@ def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from speclab.embedded import embedded_option
-    from speclab.loadgen import bench
+    from speclab.measure.loadgen import bench
     from speclab.options import default_option
     from speclab.outcome import EXIT_CODES
-    from speclab.target import ServerTarget
+    from speclab.serve.embedded import embedded_option
+    from speclab.serve.target import ServerTarget
 
     config = sweep_from_args(args)
     if args.endpoint is not None:

@@ -8,7 +8,7 @@ import time
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    from speclab.embedded import setup_embedded
+    from speclab.serve.embedded import setup_embedded
 
     for key, value in setup_embedded(with_eagle3=args.eagle3).items():
         print(f"{key}: {value}")
@@ -16,9 +16,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from speclab.embedded import embedded_option
     from speclab.runs import Run
-    from speclab.target import ServerTarget, serve_target
+    from speclab.serve.embedded import embedded_option
+    from speclab.serve.target import ServerTarget, serve_target
 
     option = embedded_option(args.option, args.k)
     target = ServerTarget(mode="embedded", option=option, port=args.port, dtype=args.dtype)
@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from speclab.identity import contradictions, probe_server
+    from speclab.measure.identity import contradictions, probe_server
     from speclab.options import SpecOption
 
     identity = probe_server(args.endpoint, api_key_env=args.api_key_env)
@@ -60,8 +60,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_explain_seeds(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from speclab.costmodel import SeedScenario, explain_seed_ngram_loss
     from speclab.params import load_params_file
+    from speclab.predict.costmodel import SeedScenario, explain_seed_ngram_loss
 
     scenario = SeedScenario.model_validate(load_params_file(args.scenario)) if args.scenario else SeedScenario()
     alphas = [float(a) for a in args.alpha.split(",")] if args.alpha else None
@@ -70,7 +70,7 @@ def cmd_explain_seeds(args: argparse.Namespace) -> int:
         print(f"{scenario.name}: n-gram k={scenario.num_speculative_tokens}, naive vs calibrated\n")
         print(table.round(3).to_string(index=False))
         if args.moe:
-            from speclab.moe_workbook import explain_seeds_moe
+            from speclab.moe.workbook import explain_seeds_moe
 
             print("\nWith the measured H200 verify curve and expert budgets (docs/moe.md):\n")
             print(explain_seeds_moe(scenario, args.moe_baseline).round(3).to_string(index=False))

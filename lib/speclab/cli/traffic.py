@@ -36,7 +36,7 @@ def _cost_model(args: argparse.Namespace) -> tuple[Any, float, Any]:
         return model, load, pd.read_parquet(predictions) if predictions.exists() else None
     if args.cost_model:
         from speclab.params import load_params_file
-        from speclab.traffic import given_cost_model
+        from speclab.traffic.day import given_cost_model
 
         return given_cost_model(load_params_file(args.cost_model)), args.load_time_s or 1800.0, None
     return None, args.load_time_s or 1800.0, None
@@ -44,8 +44,8 @@ def _cost_model(args: argparse.Namespace) -> tuple[Any, float, Any]:
 
 def cmd_replay_logs(args: argparse.Namespace) -> int:
     from speclab.runs import Run
-    from speclab.traffic_replay import iter_options
-    from speclab.traffic_run import replay_traffic
+    from speclab.traffic.replay import iter_options
+    from speclab.traffic.workbook import replay_traffic
 
     options = iter_options(args.ngram_k, args.suffix_k, args.lookup_min, args.lookup_max)
     model, load_time_s, predictions = _cost_model(args)
@@ -83,7 +83,7 @@ def cmd_replay_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_gen_traffic_log(args: argparse.Namespace) -> int:
-    from speclab.traffic_gen import write_log
+    from speclab.traffic.gen import write_log
 
     path = write_log(args.out, args.requests, seed=args.seed, days=args.days, ids=args.ids, shape=args.shape)
     print(f"wrote {args.requests:,} synthetic requests to {path} ({path.stat().st_size / 2**20:.1f} MiB)")

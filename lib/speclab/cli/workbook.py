@@ -70,7 +70,7 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     """
     import papermill
 
-    from speclab.kernels import kernel_config
+    from speclab.cli.kernels import kernel_config
     from speclab.urls import hide_credentials
 
     source = notebook_path(notebook)
@@ -148,7 +148,7 @@ def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = (),
 
 def _ensure_demo_drafter(phases: list[tuple[str, float]] | None) -> None:
     """03's trained head, built before the notebooks (once; cached), timed as a phase of its own."""
-    from speclab.drafter_train import ensure_trained_head, trained_head_dir
+    from speclab.eagle3.train import ensure_trained_head, trained_head_dir
     from speclab.params import Eagle3Params
 
     recipe = Eagle3Params.validate_values(load_params_file(repo_root() / "params/03-eagle3-drafter/default.yaml"))

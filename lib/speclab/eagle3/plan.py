@@ -30,7 +30,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from speclab.drafter import text_config
+from speclab.eagle3.match import text_config
 from speclab.errors import SpeclabError
 
 Capture = Literal["offline", "online", "hybrid"]

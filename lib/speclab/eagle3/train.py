@@ -1,7 +1,7 @@
 """Train the embedded model's EAGLE-3 head, and time training steps, through the server venv.
 
 Measurement side (starts the embedded server, runs torch scripts as subprocesses); the
-arithmetic that uses the results lives in `speclab.trainplan`, the method in
+arithmetic that uses the results lives in `speclab.eagle3.plan`, the method in
 `docs/eagle3.md`. Every function that starts vLLM or trains expects its caller to hold
 `/tmp/speclab-vllm.lock` on shared machines (the Makefile target and tests do).
 """
@@ -19,13 +19,13 @@ from typing import Any
 
 import httpx
 
-from speclab.drafter_corpus import training_corpus
-from speclab.embedded import SERVED_MODEL_NAME, embedded_launch, ensure_model, ensure_server_venv
+from speclab.eagle3.corpus import training_corpus
 from speclab.errors import SpeclabError
 from speclab.paths import cache_dir
-from speclab.server import ManagedServer, free_port
+from speclab.serve.embedded import SERVED_MODEL_NAME, embedded_launch, ensure_model, ensure_server_venv
+from speclab.serve.launch import ManagedServer, free_port
 
-_SCRIPTS = Path(__file__).resolve().parent / "scripts"
+_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # bump when the corpus, the pipeline or its defaults change: the cached head is rebuilt
 TRAINED_HEAD_VERSION = "v1"
 DEFAULT_TRAIN_SECONDS = 480.0

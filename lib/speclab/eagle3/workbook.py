@@ -9,12 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from speclab.drafter import DrafterMatch, require_drafter_match
-from speclab.errors import SpeclabError
-from speclab.params import Eagle3Params
-from speclab.runfolder import RunData
-from speclab.runs import Run
-from speclab.trainplan import (
+from speclab.eagle3.match import DrafterMatch, require_drafter_match
+from speclab.eagle3.plan import (
     DataPlan,
     StepTime,
     TargetShape,
@@ -24,6 +20,10 @@ from speclab.trainplan import (
     step_time_from_record,
     write_plan,
 )
+from speclab.errors import SpeclabError
+from speclab.params import Eagle3Params
+from speclab.runfolder import RunData
+from speclab.runs import Run
 from speclab.workbook import OptionOutcome, repeat_baseline
 
 
@@ -45,8 +45,8 @@ def resolve_drafter(params: Eagle3Params) -> tuple[str, dict[str, Any], dict[str
     drafter = params.drafter
     target_name = params.target_name
     if params.mode == "embedded":
-        from speclab.drafter_train import ensure_trained_head
-        from speclab.embedded import ensure_model, ensure_server_venv
+        from speclab.eagle3.train import ensure_trained_head
+        from speclab.serve.embedded import ensure_model, ensure_server_venv
 
         drafter = drafter or str(ensure_trained_head(seconds=params.head_train_seconds, prompts=params.head_prompts,
                                                      max_tokens=params.head_max_tokens))
@@ -111,7 +111,7 @@ def baseline_token_rows(baseline: RunData, out_path: Path) -> Path:
 
 def predict_offline(baseline: RunData, head_dir: str, run_dir: Path, k: int) -> pd.DataFrame:
     """Per category: per-position acceptance of the head run offline over the baseline's tokens."""
-    from speclab.drafter_train import evaluate_head
+    from speclab.eagle3.train import evaluate_head
 
     rows = baseline_token_rows(baseline, run_dir / "offline-tokens.jsonl")
     result = evaluate_head(Path(head_dir), rows, run_dir / "offline-prediction.json", steps=k)
@@ -165,7 +165,7 @@ def plan_step_time(params: Eagle3Params, shape: TargetShape, run_dir: Path, targ
     """A measured step: timed here for the plan target's head shape, or the shipped H200 case."""
     if params.plan_step_time != "measure":
         return step_time_from_record(shipped_step_times(), params.plan_step_time)
-    from speclab.drafter_train import measure_step_time
+    from speclab.eagle3.train import measure_step_time
 
     text = target_config.get("text_config") or target_config
     heads = int(text.get("num_attention_heads", max(1, shape.hidden_size // 64)))
@@ -251,9 +251,9 @@ def predict_speedups(baseline_dir: str | Path, predicted: pd.DataFrame, k: int,
     """
     import numpy as np
 
-    from speclab.costmodel import predict_speedup
-    from speclab.predict import level_timings
-    from speclab.tables import load_cost_model
+    from speclab.predict.costmodel import predict_speedup
+    from speclab.predict.predictions import level_timings
+    from speclab.report.tables import load_cost_model
 
     model = load_cost_model(baseline_dir)
     if model is None:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from speclab.auth import auth_headers, auth_refused, basic_auth_headers
 from speclab.errors import SpeclabError
-from speclab.metrics import parse_metrics, spec_decode_info
+from speclab.measure.metrics import parse_metrics, spec_decode_info
 from speclab.options import SpecOption
 from speclab.runs import redact_argv, utc_now
 from speclab.urls import Endpoint, strip_credentials

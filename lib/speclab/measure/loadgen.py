@@ -29,11 +29,12 @@ from typing import Any
 import httpx
 import orjson
 
-from speclab import hostload
 from speclab.auth import auth_headers, basic_auth_headers
-from speclab.client import IDLE_TIMEOUT_S, LoopLagMonitor, RequestSpec, Sampling, StreamClient
 from speclab.errors import SpeclabError
-from speclab.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
+from speclab.measure import hostload
+from speclab.measure.client import IDLE_TIMEOUT_S, LoopLagMonitor, RequestSpec, Sampling, StreamClient
+from speclab.measure.metrics import MetricsSnapshot, foreign_traffic, scrape_metrics, window
+from speclab.measure.summary import summarise_level
 from speclab.outcome import RunOutcome, assess_levels
 from speclab.prompts import Prompt, PromptReuseWarning, distinct_batches, load_prompts, select_prompts
 from speclab.runfolder import (
@@ -46,7 +47,6 @@ from speclab.runfolder import (
     write_parquet,
 )
 from speclab.runs import Run, check_run_dir, write_json
-from speclab.summary import summarise_level
 from speclab.sweep import SweepConfig
 from speclab.urls import Endpoint
 
@@ -545,12 +545,12 @@ def bench(
 ) -> SweepResult:
     """Serve (or reach) ``target``, sweep it, and record everything in one run folder.
 
-    ``target`` is a :class:`speclab.target.ServerTarget`. The CLI's ``speclab bench`` and
+    ``target`` is a :class:`speclab.serve.target.ServerTarget`. The CLI's ``speclab bench`` and
     the notebooks call this same function. ``live``: a
-    :class:`speclab.target.LiveServer` already serving ``target`` (one the caller started
+    :class:`speclab.serve.target.LiveServer` already serving ``target`` (one the caller started
     for something else), swept as it is instead of starting another.
     """
-    from speclab.target import serve_target
+    from speclab.serve.target import serve_target
 
     if config.api_key_env and not target.api_key_env:
         target = target.model_copy(update={"api_key_env": config.api_key_env})

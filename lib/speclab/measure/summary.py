@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from speclab.metrics import CounterWindow
+from speclab.measure.metrics import CounterWindow
 from speclab.runfolder import RequestRecord
 from speclab.stats import median, quantile
 

@@ -31,8 +31,8 @@ __all__ = [
 ]
 
 BENCH_JSON = "moe_layer_bench.json"
-_SCRIPT = Path(__file__).parent / "scripts" / "moe_layer_bench.py"
-_DATA = Path(__file__).parent / "data" / "moe"
+_SCRIPT = Path(__file__).parents[1] / "scripts" / "moe_layer_bench.py"
+_DATA = Path(__file__).parents[1] / "data" / "moe"
 
 
 class LayerShape(BaseModel):

@@ -33,17 +33,17 @@ from typing import Any
 import httpx
 import pandas as pd
 
-from speclab.embedded import embedded_launch, ensure_model, ensure_server_venv
 from speclab.errors import SpeclabError
-from speclab.metrics import scrape_metrics, window
+from speclab.measure.metrics import scrape_metrics, window
 from speclab.options import SpecOption, default_option
 from speclab.runs import json_record
-from speclab.server import ManagedServer, free_port
+from speclab.serve.embedded import embedded_launch, ensure_model, ensure_server_venv
+from speclab.serve.launch import ManagedServer, free_port
 
 __all__ = ["engine_table", "load_engine", "measure_engine", "shipped_engine"]
 
-_SCRIPT = Path(__file__).parent / "scripts" / "make_random_moe.py"
-_SHIPPED = Path(__file__).parent / "data" / "moe" / "cpu-engine.json"
+_SCRIPT = Path(__file__).parents[1] / "scripts" / "make_random_moe.py"
+_SHIPPED = Path(__file__).parents[1] / "data" / "moe" / "cpu-engine.json"
 # a prompt the random models continue by repetition: drafts get accepted, outputs stay long
 _PROMPT = " ".join(["the cat sat on the mat and the dog sat on the log"] * 12)
 

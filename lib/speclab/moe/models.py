@@ -6,9 +6,9 @@ MoE layer (bound by reading weights) costs about ``a + D(n)`` expert-loads, wher
 is the number of distinct experts. ``docs/moe.md`` gives the method and its sources.
 
 This module is analysis only (numpy/pandas/scipy): routing models and their distinct-expert
-curves, fits to real routing, the verify-cost curve measured by :mod:`speclab.moe_bench`,
+curves, fits to real routing, the verify-cost curve measured by :mod:`speclab.moe.bench`,
 and the expert-budget what-if (MoE-Spec, McDanel et al., arXiv 2602.16052) turned into
-predicted tok/s through :mod:`speclab.costmodel`.
+predicted tok/s through :mod:`speclab.predict.costmodel`.
 
 **Routing model** (:class:`RoutingModel`): every token scores each expert
 ``log pop_e + g_e`` with Gumbel noise ``g`` and takes the top ``k`` scores, which is exactly
@@ -226,7 +226,7 @@ def trace_distinct_curve(routes: np.ndarray, tokens: Sequence[int], *, label: st
     """Distinct experts in windows of ``n`` consecutive tokens of real routing.
 
     ``routes``: int array [tokens, layers, top_k] in token order (one request's committed
-    tokens, e.g. :func:`speclab.moe_traces.returned_routes`). Every window of ``n`` adjacent
+    tokens, e.g. :func:`speclab.moe.traces.returned_routes`). Every window of ``n`` adjacent
     tokens (sliding, all start positions) in every layer is one observation. Committed
     tokens only: what verification of rejected drafts also loaded is not in such a trace,
     so this is a lower bound on verify-pass unions.
@@ -500,10 +500,10 @@ def loaded_per_step(model: RoutingModel, batch: float, tokens_per_seq: float, bu
 
 
 class MoEStepTime:
-    """T(B, n) for a deployment whose decode profile is known (:class:`~speclab.costmodel.SeedScenario`),
+    """T(B, n) for a deployment whose decode profile is known (:class:`~speclab.predict.costmodel.SeedScenario`),
     with the MoE share following the experts a step loads instead of fixed multipliers.
 
-    Non-MoE components scale as in :class:`~speclab.costmodel.ComponentStepTime` (linear in
+    Non-MoE components scale as in :class:`~speclab.predict.costmodel.ComponentStepTime` (linear in
     the step's tokens, from the baseline points). The MoE share scales with the layer time
     at the experts loaded: ``curve.step_s(D_spec) / curve.step_s(D_plain)``, ``D_plain`` for a
     plain decode step of ``B`` one-token sequences (no budget: a budget applies to
@@ -554,7 +554,7 @@ def predict_budget_speedups(scenario: Any, curve: VerifyCurve, routing: RoutingM
     Acceptance is held at the given figure under a budget: what a budget costs in
     acceptance is not measured here (see the routing-mass proxy and the borrowed figures).
     """
-    from speclab.costmodel import predict_speedup
+    from speclab.predict.costmodel import predict_speedup
 
     rows = []
     for strategy in strategies:

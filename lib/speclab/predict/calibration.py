@@ -2,7 +2,7 @@
 real servers, fitted into the step-time model the predictor uses.
 
 This is orchestration (it starts servers and sweeps them), so it lives here, above the pure
-analysis in :mod:`speclab.predict` and :mod:`speclab.costmodel`, which only read the folders.
+analysis in :mod:`speclab.predict.predictions` and :mod:`speclab.predict.costmodel`, which only read the folders.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any
 
 import pandas as pd
 
-from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
-from speclab.loadgen import SweepConfig, bench, plan_sweep
+from speclab.measure.loadgen import SweepConfig, bench, plan_sweep
 from speclab.options import SpecOption
-from speclab.predict import calibrate_from_runs
+from speclab.predict.costmodel import CalibratedStepTime
+from speclab.predict.predictions import calibrate_from_runs
 from speclab.prompts import Prompt
 from speclab.runfolder import Plan, PlannedRequest
 from speclab.runs import MANIFEST, read_json
-from speclab.target import ServerTarget
+from speclab.serve.target import ServerTarget
 
 
 def plan_per_category(
@@ -137,7 +137,7 @@ def measure_verify_cost(
     Runs one per-category plan (:func:`plan_per_category`; ``split_concurrency`` picks the
     levels split by category) twice: on ``baseline_target``
     (default: ``spec_target`` with speculation off) and on ``spec_target`` (a
-    :class:`speclab.target.ServerTarget` with a speculative option); each is a run folder
+    :class:`speclab.serve.target.ServerTarget` with a speculative option); each is a run folder
     of its own. Then fits :func:`calibrate_from_runs`. Use prompts other than the ones
     you will predict for, and the concurrencies you will predict at. ``baseline_run``: a
     finished baseline arm of this calibration (:func:`measure_calibration_baseline`); its

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from speclab import steptrace
+from speclab.predict import steptrace
 
 PAIR_KEYS = ["concurrency", "repeat", "prompt_id"]
 FASTER, SLOWER, UNCLEAR, TOO_FEW = "faster", "slower", "no clear difference", "too few prompts"

@@ -13,13 +13,13 @@ schedules no draft when its proposer finds nothing) and ``T(B, n)`` the step tim
 **How step time is calibrated, not assumed.** Two models, the second preferred:
 
 * :class:`StepCost`, one engine step at a time (:func:`fit_step_cost`): every step a run
-  took, read back from its stream (:mod:`speclab.steptrace`: who decoded in it, their
+  took, read back from its stream (:mod:`speclab.predict.steptrace`: who decoded in it, their
   context, whose prompt was prefilled, and in a speculative run each sequence's draft
   tokens from the proposer replayed over the run's own outputs), fitted as
   ``seq_step_s(decoding sequences) + per_context_token_s * context + [prefill] *
   (prefill_step_s + per_prefill_token_s * prompt tokens) + [speculation] * (overhead_s +
   per_token_s * draft tokens)``, non-negative least squares over thousands of steps. The
-  level simulation (:mod:`speclab.levelsim`) prices every simulated step with it, so a
+  level simulation (:mod:`speclab.predict.levelsim`) prices every simulated step with it, so a
   newcomer's prefill stalls the sequences decoding beside it in both arms, as it does on
   the engine (docs/predictor.md, "The step-level model").
 * :class:`CalibratedStepTime`'s steady form, for the formulas that take one batch size
@@ -41,7 +41,7 @@ n-gram run measures exactly what a prediction needs: verification, the proposer,
 rejection sampler, and the scheduling vLLM gives up with n-gram (it disables async
 scheduling), with the number of verified tokens known from counters. The fit is done
 on calibration prompts and applied to other prompts and other options (suffix, other
-k), whose drafts come from :mod:`speclab.replay`.
+k), whose drafts come from :mod:`speclab.predict.replay`.
 
 The seeds' scenario (Kimi-K2.5 on 8 PCIe GPUs) has no server here; its step time is
 built from what was measured there (:class:`ComponentStepTime`): the baseline tok/s
@@ -159,7 +159,7 @@ class VerifyCost(BaseModel):
 
 class StepCost(BaseModel):
     """Seconds one engine step takes, from what is in it (fitted on a run's own steps,
-    :func:`fit_step_cost` over :mod:`speclab.steptrace`):
+    :func:`fit_step_cost` over :mod:`speclab.predict.steptrace`):
 
     ``seq_step_s(decoding sequences)`` (piecewise linear through ``seq_knots``)
     ``+ per_context_token_s * context tokens`` (attention reads every sequence's context)
@@ -259,7 +259,7 @@ def _nnls_trimmed(design: np.ndarray, y: np.ndarray, keep: np.ndarray, passes: i
 
 def fit_step_cost(steps: pd.DataFrame, *, source: str = "fit", budget_tokens: int = 2048,
                   knee_tokens: float | None = None) -> StepCost:
-    """Fit :class:`StepCost` on engine steps (:func:`speclab.steptrace.run_steps` rows, with a
+    """Fit :class:`StepCost` on engine steps (:func:`speclab.predict.steptrace.run_steps` rows, with a
     ``speculative`` column: True for steps of a speculative run).
 
     Uses matched steps with at least one decoding sequence and a duration (a step with none

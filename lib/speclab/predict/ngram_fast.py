@@ -1,7 +1,7 @@
-"""vLLM's n-gram replay, compiled: the same drafts as :func:`speclab.replay.ngram_propose`,
+"""vLLM's n-gram replay, compiled: the same drafts as :func:`speclab.predict.replay.ngram_propose`,
 millions of positions per second per core.
 
-:func:`speclab.replay.ngram_propose` ports vLLM 0.32's KMP search, which rescans the whole
+:func:`speclab.predict.replay.ngram_propose` ports vLLM 0.32's KMP search, which rescans the whole
 context at every step (quadratic in the request's length). Its answer is fully determined
 by two facts: the longest n (``min_n <= n <= max_n``) whose context-suffix n-gram also ends
 somewhere at or before ``len(context) - 2``, and the EARLIEST such occurrence. Both can be
@@ -14,7 +14,7 @@ on a mismatch (a hash collision, vanishingly rare) that step falls back to the K
 compiled here, so the drafts equal the reference's always (tests compare them on random
 contexts with tiny vocabularies, where ties and overlaps are frequent).
 
-Counters per request follow :class:`speclab.replay._Counters` exactly (vLLM's scheduler
+Counters per request follow :class:`speclab.predict.replay._Counters` exactly (vLLM's scheduler
 and ``SpecDecodingStats``): see :data:`COUNTER_COLUMNS`.
 """
 

@@ -1,14 +1,14 @@
 """Predict a speculative option's effect from a baseline run, and check predictions.
 
-The notebook-facing layer over :mod:`speclab.replay` (what would be accepted) and
-:mod:`speclab.costmodel` (what a speculative step costs):
+The notebook-facing layer over :mod:`speclab.predict.replay` (what would be accepted) and
+:mod:`speclab.predict.costmodel` (what a speculative step costs):
 
 * :func:`predict_from_baseline`: category x concurrency, predicted acceptance, tok/s,
   speedup and break-even, from a baseline run folder alone plus a calibrated cost model;
   every level of the baseline stepped through twice (:func:`simulate_option_levels`).
 * :func:`calibrate_from_runs`: the step-time model fitted on the engine steps of a baseline
   and a speculative run of the same plan, read from their streams (:func:`calibration_steps`;
-  the runs themselves are made by :mod:`speclab.calibration`); :func:`with_baseline_steps`
+  the runs themselves are made by :mod:`speclab.predict.calibration`); :func:`with_baseline_steps`
   adds the predicted baseline's own steps to the fit.
 * :func:`compare_predicted_measured`: predicted vs measured speedup per category x
   concurrency once the option has been run; :func:`compare_replay_with_server`: replayed
@@ -38,7 +38,9 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from speclab.costmodel import (
+from speclab.errors import SpeclabError
+from speclab.options import SpecOption
+from speclab.predict.costmodel import (
     CalibratedStepTime,
     StepCost,
     TrafficSlice,
@@ -48,11 +50,9 @@ from speclab.costmodel import (
     level_point_extras,
     payback_hours,
 )
-from speclab.errors import SpeclabError
-from speclab.levelsim import SimRequest, simulate_level
-from speclab.options import SpecOption
-from speclab.replay import ReplayResult, baseline_requests, replay_option
-from speclab.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, prompt_tokens, run_steps
+from speclab.predict.levelsim import SimRequest, simulate_level
+from speclab.predict.replay import ReplayResult, baseline_requests, replay_option
+from speclab.predict.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, prompt_tokens, run_steps
 
 __all__ = [
     "calibrate_from_runs",
@@ -257,7 +257,7 @@ def step_plans(replay: ReplayResult) -> dict[str, StepPlan]:
 def calibration_steps(baseline_run_dir: str | Path, spec_run_dir: str | Path | None = None,
                       option: SpecOption | None = None) -> pd.DataFrame:
     """Engine steps read from the streams of a baseline run and (optionally) a speculative
-    run (:mod:`speclab.steptrace`), with a ``speculative`` column and the run's name.
+    run (:mod:`speclab.predict.steptrace`), with a ``speculative`` column and the run's name.
 
     The speculative run's draft tokens per step come from replaying its option over its own
     outputs (what the server really speculated on), matched chunk by chunk.
@@ -298,10 +298,10 @@ def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path, 
     """The step-time model from a baseline run and a speculative run of the same plan.
 
     Fitted on every engine step of both runs read from their streams
-    (:func:`calibration_steps`, :func:`speclab.costmodel.fit_step_cost`): the step model the
+    (:func:`calibration_steps`, :func:`speclab.predict.costmodel.fit_step_cost`): the step model the
     level simulation prices with, whose speculative part is the verify cost. Runs recorded
     without chunk timing fall back to one point per level (:func:`spec_level_points`,
-    :func:`speclab.costmodel.fit_step_time`; ``knee_tokens`` applies there only).
+    :func:`speclab.predict.costmodel.fit_step_time`; ``knee_tokens`` applies there only).
     """
     base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})
     points = spec_level_points(baseline_run_dir, spec_run_dir)
@@ -377,7 +377,7 @@ def simulate_option_levels(
     replay: ReplayResult,
     cost_model: CalibratedStepTime,
 ) -> pd.DataFrame:
-    """Every level of a baseline run stepped through twice (:func:`speclab.levelsim.simulate_level`):
+    """Every level of a baseline run stepped through twice (:func:`speclab.predict.levelsim.simulate_level`):
     as measured (one token per step) and with the option's replayed drafts, each step priced
     by ``cost_model.step_seconds`` from what it holds (decoding sequences, their context,
     draft tokens, prefills), speculative steps with the speculative part.
@@ -633,7 +633,7 @@ def _scaled_interval(interval: dict[str, Any], factor: float) -> dict[str, Any]:
 
 
 def _max_len(run_dir: str | Path) -> int:
-    from speclab.replay import _max_model_len
+    from speclab.predict.replay import _max_model_len
 
     return _max_model_len(Path(run_dir))
 

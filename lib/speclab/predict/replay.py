@@ -32,7 +32,7 @@ Engine semantics reproduced (vLLM 0.32, read from its source):
   as a draft only when a non-empty draft was scheduled; ``num_draft_tokens`` += the
   draft's length (which may be < k), ``num_accepted_tokens`` += accepted drafts (bonus
   excluded), ``accepted_per_pos[i]`` += 1 for every ``i < accepted``. Derived exactly as
-  :mod:`speclab.metrics` derives them from counter deltas: acceptance rate =
+  :mod:`speclab.measure.metrics` derives them from counter deltas: acceptance rate =
   accepted / draft_tokens, mean acceptance length = 1 + accepted / drafts, per-position
   rate i = accepted_per_pos[i] / drafts.
 
@@ -401,7 +401,7 @@ def replay_ngram(requests: pd.DataFrame, option: SpecOption, max_model_len: int 
 
 # --------------------------------------------------------------------------- suffix
 
-_SUFFIX_SCRIPT = Path(__file__).parent / "scripts" / "suffix_replay.py"
+_SUFFIX_SCRIPT = Path(__file__).parents[1] / "scripts" / "suffix_replay.py"
 
 
 def _suffix_settings(option: SpecOption) -> dict[str, Any]:

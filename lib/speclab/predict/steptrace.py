@@ -10,13 +10,13 @@ fall into clusters, one per engine step, and each cluster says what the step hel
 * the requests that got their first token: their **prefill** ran in this step, and every
   sequence decoding beside it waited for it;
 * for a speculative run, the **draft tokens** each sequence verified, from the proposer
-  replayed over the run's own outputs (:mod:`speclab.replay`), matched chunk by chunk: a
+  replayed over the run's own outputs (:mod:`speclab.predict.replay`), matched chunk by chunk: a
   request's ``i``-th decode chunk carries exactly the tokens its ``i``-th replayed step
   emits, or the request is left out of the match.
 
 The time from one cluster to the next is a step's duration. A level of a few dozen requests
 gives hundreds to thousands of steps, so a step-time model fitted on them
-(:func:`speclab.costmodel.fit_step_cost`) sees every batch size, context length, prefill
+(:func:`speclab.predict.costmodel.fit_step_cost`) sees every batch size, context length, prefill
 and draft length that occurred, rather than one mean per level.
 
 Trust: a step whose duration includes idle engine time (no sequence was decoding in it) is

@@ -1,6 +1,6 @@
 """Capture a profiler trace from a live server under a steady decode load.
 
-The load runs through the measurement core (:func:`speclab.loadgen.measure_sweep`) on a
+The load runs through the measurement core (:func:`speclab.measure.loadgen.measure_sweep`) on a
 background thread; once it has settled, ``POST /start_profile`` opens a bounded window and
 ``POST /stop_profile`` closes it (vLLM writes the trace while stop blocks: ~26 s for a
 5 MB CPU trace, far longer for 8 GPU ranks). Every trace file the server wrote in the
@@ -226,7 +226,7 @@ def capture_profile(
     """Profile ``window_s`` seconds of steady decode at ``concurrency`` and collect the traces.
 
     The load (``rounds`` x ``concurrency`` requests of ``max_tokens`` tokens, EOS ignored so
-    outputs stay long) runs through :func:`~speclab.loadgen.measure_sweep` with arm
+    outputs stay long) runs through :func:`~speclab.measure.loadgen.measure_sweep` with arm
     ``profile``; its records land in the run folder as usual. The profile window opens
     ``warmup_s`` after the load starts, so choose ``max_tokens`` such that one request
     outlasts ``warmup_s + window_s``. ``trace_dir`` is where the server writes traces as
@@ -234,7 +234,7 @@ def capture_profile(
     ``sglang_num_steps`` asks the server to stop by itself after that many forward steps.
     Writes ``profile_capture.json`` and returns the copied traces.
     """
-    from speclab.loadgen import SweepConfig, measure_sweep, plan_sweep
+    from speclab.measure.loadgen import SweepConfig, measure_sweep, plan_sweep
     from speclab.runfolder import Plan
 
     if isinstance(run, (str, Path)):

@@ -20,9 +20,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from pandas.io.formats.style import Styler
 
-from speclab import compare, formatting, plots, tables
 from speclab.errors import SpeclabError
 from speclab.params import BaselineParams, ReportParams
+from speclab.predict import compare
+from speclab.report import formatting, plots, tables
 from speclab.runfolder import RunData, latest_run, load_run
 from speclab.runs import list_runs, read_json
 from speclab.sections import Section, read_section
@@ -151,7 +152,7 @@ def _traffic(baseline: RunData) -> list[dict[str, float]]:
 def measured_payback(bundle: ReportBundle, option: RunData) -> float | None:
     """Hours of the baseline's expected traffic until restarting into ``option`` pays back,
     at the measured speedups (None when the restart time was not measured)."""
-    from speclab.costmodel import payback_hours
+    from speclab.predict.costmodel import payback_hours
 
     load_s = option.server.get("load_time_s")
     rows = decision_rows(bundle)

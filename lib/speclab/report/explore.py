@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from speclab import compare, formatting, plots
+from speclab.predict import compare
+from speclab.report import formatting, plots
 from speclab.runfolder import RunData
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from speclab import compare
-from speclab.costmodel import CalibratedStepTime
+from speclab.predict import compare
+from speclab.predict.costmodel import CalibratedStepTime
 from speclab.runfolder import RunData
 
 COST_MODEL_JSON = "cost_model.json"
@@ -48,7 +48,7 @@ def identity_table(identity: Any, *, shareable: bool = False) -> pd.DataFrame:
         return pd.DataFrame(columns=["field", "value"])
     if isinstance(identity, dict):
         # the manifest's copy of the probe; the model only gives it its summary rows
-        from speclab.identity import ServerIdentity
+        from speclab.measure.identity import ServerIdentity
 
         identity = ServerIdentity.model_validate(identity)
     ident = identity
@@ -197,8 +197,8 @@ def group_caveats(found: list[Caveat], *, with_runs: bool = True) -> list[str]:
 
 def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
     """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
-    from speclab.costmodel import VerifyCost, fit_step_time
-    from speclab.predict import baseline_step_model, calibrate_from_runs, level_timings
+    from speclab.predict.costmodel import VerifyCost, fit_step_time
+    from speclab.predict.predictions import baseline_step_model, calibrate_from_runs, level_timings
     from speclab.runs import read_json
 
     path = Path(baseline_dir) / COST_MODEL_JSON
@@ -264,7 +264,7 @@ def read_predictions(baseline: RunData) -> pd.DataFrame | None:
 
 def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
     """Predicted (baseline + its cost model) vs measured speedup per category x concurrency."""
-    from speclab.predict import compare_predicted_measured
+    from speclab.predict.predictions import compare_predicted_measured
 
     model = load_cost_model(baseline.path)
     table = compare_predicted_measured(baseline.path, option.path, cost_model=model)

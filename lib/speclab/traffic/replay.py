@@ -1,6 +1,6 @@
 """Replay n-gram and suffix proposers over a production log, in batches, on Ray or in-process.
 
-One batch (consecutive log rows, :func:`speclab.traffic_logs.iter_log_batches`) is the unit
+One batch (consecutive log rows, :func:`speclab.traffic.logs.iter_log_batches`) is the unit
 of work: tokenised with the served model's tokenizer (:class:`ChatTokenizer`), replayed for
 every option, turned into one row per request x option with vLLM's counters
 (:func:`replay_batch`). The same function runs in this process (``workers=None``) or as a
@@ -45,22 +45,22 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
-from speclab.ngram_fast import COUNTER_COLUMNS, pack_requests, replay_ngram_batch
-from speclab.replay import (
+from speclab.predict.ngram_fast import COUNTER_COLUMNS, pack_requests, replay_ngram_batch
+from speclab.predict.replay import (
     DEFAULT_MAX_MODEL_LEN,
     NGRAM_DEFAULT_LOOKUP,
     SUFFIX_DEFAULTS,
     ReplayStep,
     summarise_steps,
 )
-from speclab.traffic_logs import BadRow, LogBatch, LogFormat, iter_log_batches, log_kind
-from speclab.traffic_tokens import ChatTokenizer
+from speclab.traffic.logs import BadRow, LogBatch, LogFormat, iter_log_batches, log_kind
+from speclab.traffic.tokens import ChatTokenizer
 
 __all__ = ["LogReplay", "ReplayOption", "read_log_replay", "replay_batch", "replay_log"]
 
 BATCH_DIR = "batches"
 SETTINGS_JSON = "replay_settings.json"
-_SUFFIX_SCRIPT = Path(__file__).parent / "scripts" / "suffix_replay.py"
+_SUFFIX_SCRIPT = Path(__file__).parents[1] / "scripts" / "suffix_replay.py"
 _ID_COLUMNS = ["request_id", "row", "tenant", "category", "timestamp_s", "duration_s", "prompt_tokens",
                "output_tokens"]
 

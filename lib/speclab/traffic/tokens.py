@@ -9,7 +9,7 @@ in batches (Rust, no Transformers or torch needed). A completion is encoded the 
 ``finish_reason == "stop"`` adds the EOS token the model emitted.
 
 Re-encoding logged text is not always the token sequence the model sampled (a tokenizer
-can spell one string several ways); :func:`speclab.traffic_run.check_against_server`
+can spell one string several ways); :func:`speclab.traffic.workbook.check_against_server`
 compares prompts with the server's own ``/tokenize`` on a sample, and ``output_token_ids`` in the log, when present,
 are used as they are.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from speclab.errors import SpeclabError
-from speclab.traffic_logs import LogRecord
+from speclab.traffic.logs import LogRecord
 
 __all__ = ["ChatTokenizer", "TokenizedBatch"]
 

@@ -4,8 +4,8 @@ It also checks the local tokenisation against a live server's ``/tokenize``
 (:func:`check_against_server`), which the analysis modules may not talk to.
 
 Loads the served model's tokenizer (the embedded model by default), replays the log
-(:func:`speclab.traffic_replay.replay_log`), predicts the day with a step-time model when one
-is given (:func:`speclab.traffic.predict_day`), writes the tables next to the batches and a
+(:func:`speclab.traffic.replay.replay_log`), predicts the day with a step-time model when one
+is given (:func:`speclab.traffic.day.predict_day`), writes the tables next to the batches and a
 report section (``kind="traffic-replay"``) for 05-report.
 """
 
@@ -19,14 +19,14 @@ from typing import Any
 
 import pandas as pd
 
-from speclab.costmodel import CalibratedStepTime
 from speclab.errors import SpeclabError
 from speclab.params import BaselineParams
+from speclab.predict.costmodel import CalibratedStepTime
 from speclab.sections import write_section
-from speclab.traffic import TrafficDay, acceptance_by, predict_day, traffic_vs_benchmark
-from speclab.traffic_logs import LogFormat, LogRecord, iter_log_batches
-from speclab.traffic_replay import LogReplay, ReplayOption, replay_log
-from speclab.traffic_tokens import ChatTokenizer
+from speclab.traffic.day import TrafficDay, acceptance_by, predict_day, traffic_vs_benchmark
+from speclab.traffic.logs import LogFormat, LogRecord, iter_log_batches
+from speclab.traffic.replay import LogReplay, ReplayOption, replay_log
+from speclab.traffic.tokens import ChatTokenizer
 
 __all__ = ["TrafficReport", "check_against_server", "replay_traffic", "traffic_for_baseline"]
 
@@ -62,13 +62,13 @@ class TrafficReport:
 def _model_folder(model_dir: str | Path | None) -> Path:
     if model_dir is not None:
         return Path(model_dir).expanduser()
-    from speclab.embedded import model_dir as embedded_model_dir
+    from speclab.serve.embedded import model_dir as embedded_model_dir
 
     return embedded_model_dir()
 
 
 def _max_model_len(folder: Path, given: int | None) -> int:
-    from speclab.replay import DEFAULT_MAX_MODEL_LEN
+    from speclab.predict.replay import DEFAULT_MAX_MODEL_LEN
 
     if given:
         return given
@@ -91,7 +91,7 @@ def replay_traffic(log: str | Path, run_dir: str | Path, options: list[ReplayOpt
                    section_dir: str | Path | None = None) -> TrafficReport:
     """Replay ``log`` into ``run_dir`` and predict the day; writes tables and the report section.
 
-    ``cost_model``: a step-time model (01-baseline's, or :func:`speclab.traffic.given_cost_model`);
+    ``cost_model``: a step-time model (01-baseline's, or :func:`speclab.traffic.day.given_cost_model`);
     without one only acceptance is reported. ``server_url``: compare the local tokenisation
     with the server's ``/tokenize`` on a sample first. ``suffix_python``: the interpreter that
     has arctic-inference (default: the embedded server venv's). ``section_dir``: the run
@@ -172,7 +172,7 @@ def traffic_for_baseline(params: BaselineParams, run_dir: str | Path, cost_model
 
 
 def _write_section(report: TrafficReport, run_dir: Path, log_name: str, title: str | None) -> None:
-    from speclab.traffic_plots import acceptance_bars, day_profile
+    from speclab.traffic.plots import acceptance_bars, day_profile
 
     r = report.replay
     speed = report.throughput()

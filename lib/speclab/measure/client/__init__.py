@@ -17,11 +17,11 @@ Token accounting (docs/measurement.md): reasoning arrives in ``delta.reasoning``
 server's usage, never from counting words.
 """
 
-from speclab.client.harness import LoopLagMonitor, measure_loop_lag, use_uvloop
-from speclab.client.records import RequestSpec, Sampling, TransportName
-from speclab.client.sse import SSEDecoder, StreamAccumulator
-from speclab.client.stream import IDLE_TIMEOUT_S, StreamClient, default_timeouts
-from speclab.client.transport import Transport
+from speclab.measure.client.harness import LoopLagMonitor, measure_loop_lag, use_uvloop
+from speclab.measure.client.records import RequestSpec, Sampling, TransportName
+from speclab.measure.client.sse import SSEDecoder, StreamAccumulator
+from speclab.measure.client.stream import IDLE_TIMEOUT_S, StreamClient, default_timeouts
+from speclab.measure.client.transport import Transport
 from speclab.runfolder import RequestRecord
 
 __all__ = [

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from speclab.client.sse import SSEDecoder, StreamAccumulator
+from speclab.measure.client.sse import SSEDecoder, StreamAccumulator
 from speclab.urls import Endpoint
 
 _perf = time.perf_counter

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from speclab.client.records import RequestSpec
+from speclab.measure.client.records import RequestSpec
 from speclab.runfolder import RequestRecord
 
 _MAX_ERROR_TEXT = 2000

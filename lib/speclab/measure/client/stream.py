@@ -16,11 +16,11 @@ from speclab.urls import Endpoint
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-from speclab.client.fast import FastTransport
-from speclab.client.records import RequestSpec, Sampling, TransportName
-from speclab.client.sse import StreamAccumulator
-from speclab.client.transport import Transport
-from speclab.client.via_httpx import HttpxTransport
+from speclab.measure.client.fast import FastTransport
+from speclab.measure.client.records import RequestSpec, Sampling, TransportName
+from speclab.measure.client.sse import StreamAccumulator
+from speclab.measure.client.transport import Transport
+from speclab.measure.client.via_httpx import HttpxTransport
 from speclab.runfolder import RequestRecord
 
 _perf = time.perf_counter

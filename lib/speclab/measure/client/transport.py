@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from speclab.client.sse import StreamAccumulator
+from speclab.measure.client.sse import StreamAccumulator
 
 
 class Transport(Protocol):

@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from speclab.client.sse import SSEDecoder, StreamAccumulator
+from speclab.measure.client.sse import SSEDecoder, StreamAccumulator
 
 _perf = time.perf_counter
 T = TypeVar("T")
