@@ -1,7 +1,9 @@
 """API keys for servers started with ``--api-key``: read from the environment, sent everywhere.
 
 The key itself is never stored: params, manifests and notebooks hold only the *name* of the
-environment variable (``api_key_env``), and the value is read when a request is made. Every
+environment variable (``api_key_env``), and the value is read when a request is made. Once read,
+the value is hidden from every string speclab stores or prints (`urls.remember_secret`), should
+it turn up elsewhere: in a server's log, a command line, an error body. Every
 request speclab sends to a server (probe, models, metrics, chat, tokenize, cache resets)
 carries it, because vLLM's ``--api-key`` protects every route under ``/v1`` and some
 deployments put ``/metrics`` behind the same key.
@@ -13,7 +15,7 @@ import base64
 import os
 
 from speclab.errors import SpeclabError
-from speclab.urls import Endpoint
+from speclab.urls import Endpoint, remember_secret
 
 __all__ = ["auth_headers", "auth_refused", "basic_auth_headers"]
 
@@ -28,6 +30,7 @@ def auth_headers(api_key_env: str | None) -> dict[str, str]:
         raise SpeclabError(
             f"The environment variable {api_key_env} (api_key_env) is not set; export the API key there."
         )
+    remember_secret(key)  # hidden from every string stored or printed from now on
     return {"Authorization": f"Bearer {key}"}
 
 
@@ -50,5 +53,6 @@ def basic_auth_headers(endpoint: Endpoint) -> dict[str, str]:
     credentials = endpoint.credentials
     if credentials is None:
         return {}
+    remember_secret(credentials[1])
     token = base64.b64encode(f"{credentials[0]}:{credentials[1]}".encode()).decode("ascii")
     return {"Authorization": f"Basic {token}"}

@@ -23,6 +23,7 @@ import pandas as pd
 from speclab.errors import SpeclabError
 from speclab.prompts import Prompt, load_jsonl
 from speclab.runs import MANIFEST, list_runs, read_json, write_json
+from speclab.urls import strip_credentials_in_text
 
 REQUESTS_JSONL = "requests.jsonl"
 LEVELS_JSONL = "levels.jsonl"
@@ -89,6 +90,8 @@ class RequestRecord:
         """A plain dict (JSON- and pandas-ready) including ``ok``."""
         row = {f.name: getattr(self, f.name) for f in fields(self)}
         row["ok"] = self.ok
+        if self.error:  # an error body may quote what was sent (a proxy echoing a header)
+            row["error"] = strip_credentials_in_text(self.error)
         return row
 
     def set_output_tokens(self, count: int | None, source: str) -> None:

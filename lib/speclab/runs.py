@@ -24,15 +24,19 @@ from typing import Any
 
 from speclab.errors import SpeclabError
 from speclab.paths import repo_root
-from speclab.urls import strip_credentials_in_text
+from speclab.urls import (
+    REDACTED,
+    is_secret_name,
+    remember_secret,
+    remember_secret_variable,
+    strip_credentials_in_text,
+)
 
 MANIFEST = "manifest.json"
 PACKAGES = (
     "speclab", "httpx", "pandas", "numpy", "scipy", "seaborn", "papermill", "pydantic",
     "prometheus-client", "orjson", "uvloop",
 )
-# Credential-looking names: api_key, hf_token, password... but not max_tokens or output_tokens.
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|authorization|bearer|(^|[_-])token$|^token)", re.I)
 _NAME_OK = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -91,16 +95,15 @@ def new_run_dir(name: str, outputs_root: str | Path | None = None, now: dt.datet
 
 def _is_secret_key(key: Any) -> bool:
     # api_key_env names a variable, it holds no secret: keep it so a rerun knows which to export.
-    name = str(key)
-    return bool(_SECRET_KEY.search(name)) and not name.lower().endswith("_env")
+    return is_secret_name(str(key))
 
 
 def redact(value: Any) -> Any:
-    """A copy of value with credential-looking keys replaced by '<redacted>' and the
-    ``user:password@`` of every URL in its strings removed."""
+    """A copy of value with credential-looking keys replaced by '<redacted>', and every string
+    made safe to store (no ``user:password@``, no known secret value: `urls.strip_credentials_in_text`)."""
     if isinstance(value, dict):
         return {
-            k: ("<redacted>" if _is_secret_key(k) and v not in (None, "") else redact(v))
+            k: (REDACTED if _is_secret_key(k) and v not in (None, "") else redact(v))
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
@@ -111,24 +114,34 @@ def redact(value: Any) -> Any:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """A command line with the values of ``--api-key``-like flags hidden."""
+    """A command line safe to store: the values of ``--api-key``-like flags and ``NAME=value``
+    secret-looking variables hidden (and remembered, so that the same value is hidden from
+    every later string, a server log line say), then every known secret value hidden wherever
+    it stands, under flags speclab does not know too."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
         if hide_next:
-            out.append("<redacted>")
             hide_next = False
-            continue
-        flag, eq, _ = arg.partition("=")
-        if flag.startswith("--") and _SECRET_KEY.search(flag):
+            if not arg.startswith("-"):  # a flag next: the secret-looking one was a switch
+                remember_secret(arg)
+                out.append(REDACTED)
+                continue
+        name, eq, value = arg.partition("=")
+        if name.startswith("-") and is_secret_name(name.lstrip("-")):
             if eq:
-                out.append(f"{flag}=<redacted>")
+                remember_secret(value)
+                out.append(f"{name}={REDACTED}")
             else:
                 out.append(arg)
                 hide_next = True
             continue
-        out.append(strip_credentials_in_text(arg))
-    return out
+        if eq and not name.startswith("-") and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and is_secret_name(name):
+            remember_secret(value)
+            out.append(f"{name}={REDACTED}")
+            continue
+        out.append(arg)
+    return [strip_credentials_in_text(arg) for arg in out]
 
 
 def git_state(path: Path | None = None) -> dict[str, Any]:
@@ -247,6 +260,9 @@ class Run:
             path.mkdir(parents=True, exist_ok=True)
         else:
             path = new_run_dir(name, outputs_root)
+        plain = _plain(params)
+        if isinstance(plain, dict):  # the key its api_key_env names is hidden from all the run stores
+            remember_secret_variable(plain.get("api_key_env"))
         manifest = {
             "schema": 1,
             "name": name,
@@ -255,7 +271,7 @@ class Run:
             "started_utc": utc_now(),
             "finished_utc": None,
             "error": None,
-            "params": redact(_plain(params)),
+            "params": redact(plain),
             "git": git_state(),
             "packages": package_versions(),
             "python": sys.version.split()[0],

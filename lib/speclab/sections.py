@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from speclab.errors import SpeclabError
+from speclab.urls import strip_credentials_in_text
 
 SECTION_DIR = "report_section"
 SECTION_JSON = "section.json"
@@ -67,8 +68,10 @@ def write_section(run_dir: str | Path, *, kind: str, title: str, summary: list[s
         else:
             fig.savefig(target, dpi=110, bbox_inches="tight")
         figure_names.append(name)
-    meta = {"schema": 1, "kind": kind, "title": title, "summary": [str(s) for s in summary],
-            "notes": [str(n) for n in (notes or [])], "tables": table_names, "figures": figure_names}
+    meta = {"schema": 1, "kind": kind, "title": title,
+            "summary": [strip_credentials_in_text(str(s)) for s in summary],
+            "notes": [strip_credentials_in_text(str(n)) for n in (notes or [])],
+            "tables": table_names, "figures": figure_names}
     (folder / SECTION_JSON).write_text(json.dumps(meta, indent=2))
     return folder
 

@@ -47,10 +47,78 @@ def strip_credentials(url: str) -> str:
 
 _URL_WITH_CREDENTIALS = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/@\s\"']+@", re.I)
 
+# Names that hold a credential: api_key, hf_token, password, --auth-token... but not max_tokens,
+# output_tokens or api_key_env (which names a variable and holds no secret).
+SECRET_NAME = re.compile(
+    r"(api[_-]?keys?|secret|passw(or)?d|authori[sz]ation|bearer|credential|(^|[_-])auth$|(^|[_-])token$)", re.I)
+REDACTED = "<redacted>"
+_BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.I)
+# Defence in depth: the *values* of keys speclab has read (an API key from `api_key_env`, the
+# password of an endpoint URL, a value given to a secret-looking flag) are hidden from every
+# string that is stored or printed, wherever they appear: under a flag speclab does not know,
+# in a server's log line, in an error body. Environment variables with secret-looking names
+# count too, when their value is long enough not to be an ordinary word.
+_REMEMBERED: set[str] = set()
+_MIN_REMEMBERED = 4
+_MIN_FROM_ENVIRONMENT = 8
+_pattern_cache: tuple[frozenset[str], re.Pattern[str] | None] = (frozenset(), None)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a parameter, flag or variable name holds a credential (``api_key_env`` does not:
+    it names the variable)."""
+    return bool(SECRET_NAME.search(name)) and not name.lower().endswith("_env")
+
+
+def remember_secret(value: str | None) -> None:
+    """Hide ``value`` from every string speclab stores or prints from now on (this process)."""
+    if value and len(value.strip()) >= _MIN_REMEMBERED:
+        _REMEMBERED.add(value.strip())
+
+
+def remember_secret_variable(name: str | None) -> None:
+    """Hide the value of the environment variable ``name`` (an ``api_key_env``), if set."""
+    if name:
+        remember_secret(os.environ.get(name))
+
+
+def secret_values() -> frozenset[str]:
+    """Every value hidden now: those remembered, the password of ``$SPECLAB_ENDPOINT_URL`` and
+    the values of secret-looking environment variables (``*_API_KEY``, ``HF_TOKEN``, ...)."""
+    values = set(_REMEMBERED)
+    for name, value in os.environ.items():
+        if len(value) >= _MIN_FROM_ENVIRONMENT and is_secret_name(name) and "://" not in value:
+            values.add(value)
+    full = os.environ.get(ENDPOINT_URL_ENV)
+    if full:
+        parts = urlsplit(full if "://" in full else "//" + full)
+        if parts.password and len(parts.password) >= _MIN_REMEMBERED:
+            values.add(unquote(parts.password))
+    return frozenset(values)
+
+
+def _secret_pattern() -> re.Pattern[str] | None:
+    global _pattern_cache
+    values = secret_values()
+    if values != _pattern_cache[0]:
+        # longest first, so a key that contains another is hidden whole
+        alternatives = "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+        _pattern_cache = (values, re.compile(alternatives) if alternatives else None)
+    return _pattern_cache[1]
+
 
 def strip_credentials_in_text(text: str) -> str:
-    """Every ``scheme://user:pass@`` in free text (an error, a command line) without the credentials."""
-    return _URL_WITH_CREDENTIALS.sub(r"\1", text) if "@" in text else text
+    """Free text (an error, a command line, a log line, a notebook output) safe to store or
+    print: every ``scheme://user:pass@`` without the credentials, every ``Bearer``/``Basic``
+    token and every known secret value (:func:`secret_values`) replaced by ``<redacted>``."""
+    if not text:
+        return text
+    if "@" in text:
+        text = _URL_WITH_CREDENTIALS.sub(r"\1", text)
+    if "earer" in text or "asic" in text:
+        text = _BEARER.sub(rf"\1 {REDACTED}", text)
+    pattern = _secret_pattern()
+    return pattern.sub(REDACTED, text) if pattern is not None else text
 
 
 # ``speclab run`` hands a notebook the endpoint without its password (the executed notebook
@@ -63,7 +131,7 @@ def hide_credentials(url: str | None) -> str | None:
     process and its children (the notebook kernel); see :func:`restore_credentials`."""
     if not url or strip_credentials(url) == url:
         return url
-    os.environ[ENDPOINT_URL_ENV] = url
+    os.environ[ENDPOINT_URL_ENV] = url  # its password is a secret value from now on (secret_values)
     return strip_credentials(url)
 
 

@@ -17,6 +17,13 @@ streaming ``/v1/chat/completions`` like vLLM does (continuous usage, a usage chu
                 ``finish_reason``, no usage chunk and no ``[DONE]``; 50 ms later the server
                 closes the connection it never announced closing;
 ``auth``        every path answers 401 unless ``Authorization: Bearer <api_key>``.
+
+``require_key=True`` adds the ``auth`` check to any fault; ``echo_auth=True`` makes the
+``status`` fault's error body quote the request's Authorization header, as a careless proxy
+does (the secret tests plant a key and look for it everywhere speclab writes or prints).
+Run as a script (``python fault_server.py FAULT [--api-key KEY] [--echo-auth] [anything]``) it
+serves until its stdin closes, printing its port first: a server process on this machine
+whose command line speclab's probe reads.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ class FaultServer:
     """``with FaultServer("truncated") as server: ... server.url ...``; binds 127.0.0.1 on a free port."""
 
     def __init__(self, fault: str = "none", *, chunks: int = 8, after: int = 0, status: int = 503,
-                 api_key: str = "sk-test", delay_s: float = 0.001) -> None:
+                 api_key: str = "sk-test", delay_s: float = 0.001, require_key: bool = False,
+                 echo_auth: bool = False) -> None:
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
         self.fault = fault
@@ -50,6 +58,8 @@ class FaultServer:
         self.status = status
         self.api_key = api_key
         self.delay_s = delay_s
+        self.require_key = require_key or fault == "auth"
+        self.echo_auth = echo_auth
         self.chat_requests = 0
         self.completed = 0
         self.generation_tokens = 0
@@ -141,7 +151,7 @@ class FaultServer:
                 header = self.headers.get("Authorization")
                 with fake.lock:
                     fake.seen_auth.append(header)
-                if fake.fault != "auth" or header == f"Bearer {fake.api_key}":
+                if not fake.require_key or header == f"Bearer {fake.api_key}":
                     return True
                 self._send(401, json.dumps({"error": {"message": "Unauthorized", "code": 401}}).encode())
                 return False
@@ -178,7 +188,10 @@ class FaultServer:
                     fake.kill()
                     return
                 if fake.fault == "status":
-                    message = {"error": {"message": f"injected {fake.status}", "code": fake.status}}
+                    text = f"injected {fake.status}"
+                    if fake.echo_auth:
+                        text += f" for a request with Authorization: {self.headers.get('Authorization')}"
+                    message = {"error": {"message": text, "code": fake.status}}
                     self._send(fake.status, json.dumps(message).encode())
                     return
                 self._stream(body)
@@ -242,3 +255,20 @@ class FaultServer:
                     fake.generation_tokens += total
 
         return Handler
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("fault", choices=FAULTS)
+    parser.add_argument("--api-key", default="sk-test")
+    parser.add_argument("--status", type=int, default=503)
+    parser.add_argument("--echo-auth", action="store_true")
+    parser.add_argument("--require-key", action="store_true")
+    known, _ = parser.parse_known_args()  # the rest stands for flags speclab does not know
+    with FaultServer(known.fault, api_key=known.api_key, status=known.status, echo_auth=known.echo_auth,
+                     require_key=known.require_key) as served:
+        print(served.port, flush=True)
+        sys.stdin.read()

@@ -10,12 +10,13 @@ import argparse
 import errno
 import sys
 from collections.abc import Sequence
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
 from speclab.cli import bench, server, traffic, workbook
 from speclab.errors import SpeclabError, explain_validation_error
-from speclab.urls import strip_credentials_in_text
+from speclab.urls import remember_secret_variable, strip_credentials_in_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,11 +33,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one clear sentence on bad input, never a traceback."""
-    from speclab.runs import Terminated, terminate_like_ctrl_c
+    from speclab.runs import terminate_like_ctrl_c
 
     parser = build_parser()
     args = parser.parse_args(argv)
     terminate_like_ctrl_c()
+    # the key named by --api-key-env is hidden from everything printed from here on
+    remember_secret_variable(getattr(args, "api_key_env", None))
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
+    try:
+        return _run(args)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+class RedactingStream:
+    """A text stream that hides every secret value (`urls.strip_credentials_in_text`) from what
+    is written through it: the CLI prints through it, progress bars included."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(strip_credentials_in_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding...
+        return getattr(self._stream, name)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from speclab.runs import Terminated
+
     try:
         return int(args.func(args) or 0)
     except ValidationError as exc:

@@ -51,14 +51,43 @@ def merge_params(notebook: str, files: list[str], overrides: list[str]) -> tuple
 
 
 def export_html(notebook_file: Path, html_file: Path) -> Path:
-    """A code-free HTML report (no input cells, images embedded) from an executed notebook."""
+    """A code-free HTML report (no input cells, images embedded) from an executed notebook,
+    every secret value hidden (`urls.strip_credentials_in_text`)."""
     import nbformat
     from nbconvert import HTMLExporter
 
+    from speclab.urls import strip_credentials_in_text
+
     exporter = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
     body, _ = exporter.from_notebook_node(nbformat.read(notebook_file, as_version=4))
-    html_file.write_text(body)
+    html_file.write_text(strip_credentials_in_text(body))
     return html_file
+
+
+def _scrub(value: Any) -> Any:
+    from speclab.urls import strip_credentials_in_text
+
+    if isinstance(value, str):
+        return strip_credentials_in_text(value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):  # embedded images are base64, never text a key could sit in
+        return {k: v if str(k).startswith("image/") else _scrub(v) for k, v in value.items()}
+    return value
+
+
+def scrub_notebook(notebook_file: Path) -> bool:
+    """Hide every secret value from an executed notebook's cells and outputs (a key a cell
+    printed, an error that quoted a header); returns whether anything changed."""
+    import json
+
+    text = notebook_file.read_text()
+    notebook = json.loads(text)
+    clean = _scrub(notebook)
+    if clean == notebook:
+        return False
+    notebook_file.write_text(json.dumps(clean, indent=1, ensure_ascii=False) + "\n")
+    return True
 
 
 def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
@@ -71,7 +100,7 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     import papermill
 
     from speclab.cli.kernels import kernel_config
-    from speclab.urls import hide_credentials
+    from speclab.urls import hide_credentials, strip_credentials_in_text
 
     source = notebook_path(notebook)
     params, label = merge_params(source.stem, files, overrides)
@@ -97,10 +126,14 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
         papermill.execute_notebook(str(source), str(executed), parameters=params, progress_bar=progress,
                                    cwd=str(source.parent), kernel_name="python3", config=kernel_config())
     except papermill.PapermillExecutionError as exc:
-        error = str(exc.evalue).strip().splitlines()[0] if exc.evalue else exc.ename
+        error = strip_credentials_in_text(str(exc.evalue).strip().splitlines()[0] if exc.evalue else exc.ename)
     except KeyboardInterrupt:
+        if executed.exists():
+            scrub_notebook(executed)
         Run.open(run_dir).finalize("interrupted", "interrupted by the user")
         raise
+    if executed.exists():
+        scrub_notebook(executed)
     html = export_html(executed, run_dir / "report.html") if executed.exists() else None
     final = Run.open(run_dir)
     final.manifest["report_html"] = str(html) if html else None

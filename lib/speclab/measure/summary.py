@@ -13,6 +13,7 @@ from typing import Any
 from speclab.measure.metrics import CounterWindow
 from speclab.runfolder import RequestRecord
 from speclab.stats import median, quantile
+from speclab.urls import strip_credentials_in_text
 
 
 def level_duration_s(records: Sequence[RequestRecord]) -> float | None:
@@ -73,7 +74,8 @@ def summarise_level(
         list(counters.per_position_rates) if counters and counters.per_position_rates else None)
     level["server_counters"] = counters.to_dict() if counters else None
     level["truncated"] = sum(1 for r in records if getattr(r, "truncated", False))
-    level["error_examples"] = sorted({(r.error or "")[:200] for r in records if not r.ok})[:3]
+    # hidden before the cut, so that a secret at the 200th character is not left half-shown
+    level["error_examples"] = sorted({strip_credentials_in_text(r.error or "")[:200] for r in records if not r.ok})[:3]
     if harness:
         level["harness"] = harness
     return level

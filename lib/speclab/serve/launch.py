@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
 from speclab.options import Engine, SpecOption
-from speclab.urls import Endpoint
+from speclab.runs import redact_argv
+from speclab.urls import Endpoint, is_secret_name, remember_secret, strip_credentials_in_text
 
 
 class ServerLaunch(BaseModel):
@@ -126,10 +127,18 @@ class ServerLaunch(BaseModel):
         return env
 
     def command_line(self) -> str:
-        """The launch as one shell-quoted line, with its environment additions in front."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.environment().items()))
-        line = shlex.join(self.command())
-        return f"{env} {line}" if env else line
+        """The launch as one shell-quoted line, with its environment additions in front; the
+        values of secret-looking flags and variables (``--api-key``, ``HF_TOKEN=``) are
+        ``<redacted>`` and remembered, so that the server's own log lines hide them too."""
+        env = [f"{k}={v}" for k, v in sorted(self.environment().items())]
+        return shlex.join(redact_argv(env + self.command()))
+
+    def remember_secrets(self) -> None:
+        """Hide this launch's secret values (flags and variables) from every stored string."""
+        redact_argv(self.command())
+        for name, value in self.environment().items():
+            if is_secret_name(name):
+                remember_secret(value)
 
 
 # --------------------------------------------------------------------------------------
@@ -245,6 +254,7 @@ class ManagedServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.load_time_s: float | None = None
         self.started_at_unix: float | None = None
+        self._copier: threading.Thread | None = None
 
     @property
     def endpoint(self) -> Endpoint:
@@ -282,28 +292,30 @@ class ManagedServer:
         _install_cleanup_handlers()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.launch.environment()}
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps writing to it
-        try:
+        self.launch.remember_secrets()
+        with open(self.log_path, "ab") as log:
             log.write(f"# speclab launch: {self.launch.command_line()}\n".encode())
-            log.flush()
-            t_launch = time.perf_counter()
-            self.started_at_unix = time.time()
-            try:
-                self.process = subprocess.Popen(
-                    self.launch.command(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - needed for the death signal
-                )
-            except FileNotFoundError as exc:
-                raise SpeclabError(
-                    f"Cannot start the {self.launch.engine} server: {exc.filename} was not found; "
-                    "install the engine or give its interpreter."
-                ) from None
-        finally:
-            log.close()
+        t_launch = time.perf_counter()
+        self.started_at_unix = time.time()
+        try:
+            # the output reaches the log through a redacting copier: an engine that prints its
+            # arguments (vLLM's "non-default args") must not leave the API key on disk
+            self.process = subprocess.Popen(
+                self.launch.command(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - needed for the death signal
+            )
+        except FileNotFoundError as exc:
+            raise SpeclabError(
+                f"Cannot start the {self.launch.engine} server: {exc.filename} was not found; "
+                "install the engine or give its interpreter."
+            ) from None
+        self._copier = threading.Thread(target=_copy_redacted, args=(self.process.stdout, self.log_path),
+                                        name="speclab-server-log", daemon=True)
+        self._copier.start()
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
@@ -321,6 +333,7 @@ class ManagedServer:
             while True:
                 code = self.process.poll()
                 if code is not None:
+                    self._drain_log()
                     raise SpeclabError(
                         f"The {self.launch.engine} server exited with code {code} before it became "
                         f"healthy; its log ({self.log_path}) ends with:",
@@ -354,10 +367,16 @@ class ManagedServer:
                     process.wait(timeout=10)
             # Workers may outlive the API server for a moment: clear the whole group.
             _signal_group(process.pid, signal.SIGKILL)
+            self._drain_log()
             return process.returncode
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(self)
+
+    def _drain_log(self, timeout_s: float = 5.0) -> None:
+        """Let the log copier write what the server printed last (its pipe closes with it)."""
+        if self._copier is not None:
+            self._copier.join(timeout_s)
 
     def __enter__(self) -> ManagedServer:
         if self.process is None:
@@ -366,6 +385,14 @@ class ManagedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _copy_redacted(pipe: Any, log_path: Path) -> None:
+    """Copy a server's output to its log line by line, every secret value hidden."""
+    with contextlib.suppress(OSError, ValueError), pipe, open(log_path, "ab", buffering=0) as log:
+        for raw in iter(pipe.readline, b""):
+            text = raw.decode(errors="replace")
+            log.write(strip_credentials_in_text(text).encode())
 
 
 def _signal_group(pgid: int, sig: int) -> None:
