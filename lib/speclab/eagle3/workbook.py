@@ -9,19 +9,23 @@ from typing import Any
 
 import pandas as pd
 
-from speclab.eagle3.match import DrafterMatch, require_drafter_match
+from speclab.eagle3.match import DrafterMatch, require_drafter_match, text_config
 from speclab.eagle3.plan import (
     DataPlan,
+    HeadShape,
+    Plan,
     StepTime,
     TargetShape,
     Throughput,
     estimate_plan,
+    scaled_step_time,
     shipped_step_times,
     step_time_from_record,
     write_plan,
 )
 from speclab.errors import SpeclabError
 from speclab.params import Eagle3Params
+from speclab.report.tables import run_id
 from speclab.runfolder import RunData
 from speclab.runs import Run
 from speclab.workbook import OptionOutcome, repeat_baseline
@@ -161,40 +165,96 @@ def measured_acceptance(spec: RunData) -> pd.DataFrame:
                           "mean_acceptance_length": 1 + sum(rates)}])
 
 
-def plan_step_time(params: Eagle3Params, shape: TargetShape, run_dir: Path, target_config: dict[str, Any]) -> StepTime:
-    """A measured step: timed here for the plan target's head shape, or the shipped H200 case."""
+def same_model(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two config.json dicts describe the same model shape (hidden, depth, vocabulary)."""
+    keys = ("hidden_size", "num_hidden_layers", "vocab_size")
+    ta, tb = text_config(a), text_config(b)
+    return all(ta.get(k) == tb.get(k) for k in keys)
+
+
+def plan_step_time(params: Eagle3Params, head: HeadShape, run_dir: Path, target_name: str) -> StepTime:
+    """The plan's training step: the shipped H200 step scaled to `head` ('h200', or a named
+    case), or one timed here for `head` ('measure': on a CPU its hours are CPU-hours here)."""
+    if params.plan_step_time == "h200":
+        return scaled_step_time(shipped_step_times(), head, tokens_per_sample=params.plan_tokens_per_sample,
+                                target_name=target_name)
     if params.plan_step_time != "measure":
-        return step_time_from_record(shipped_step_times(), params.plan_step_time)
+        return scaled_step_time(shipped_step_times(), head, case=params.plan_step_time, target_name=target_name)
     from speclab.eagle3.train import measure_step_time
 
-    text = target_config.get("text_config") or target_config
-    heads = int(text.get("num_attention_heads", max(1, shape.hidden_size // 64)))
-    name = f"{shape.name}-head"
-    case: dict[str, Any] = {"name": name, "hidden": shape.hidden_size, "heads": heads,
-            "kv_heads": int(text.get("num_key_value_heads", heads)),
-            "head_dim": int(text.get("head_dim") or shape.hidden_size // heads),
-            "intermediate": int(text.get("intermediate_size", 4 * shape.hidden_size)),
-            "draft_vocab": min(shape.vocab_size, 32000), "target_hidden": shape.hidden_size,
-            "seq_len": 512, "batch": 1, "ttt_steps": 3, "repeats": 3}
+    name = f"{target_name}-head"
+    # a draft vocabulary and sequence a CPU times in minutes; the record says which
+    case: dict[str, Any] = {"name": name, **head.model_dump(), "draft_vocab": min(head.draft_vocab, 32000),
+                            "seq_len": 512, "batch": 1, "ttt_steps": 3, "repeats": 3}
     record = measure_step_time([case], run_dir / "step-time.json")
     return step_time_from_record(record, name)
 
 
-def option_d_plan(params: Eagle3Params, run_dir: Path, target_config: dict[str, Any], target_name: str,
-                  prefill_tokens_per_s: float) -> tuple[pd.DataFrame, Path]:
-    """Option D's estimate for the plan's target, written as `next-steps-eagle.md`."""
+def baseline_decode_tokens_per_s(baseline: RunData) -> tuple[float, int]:
+    """The served model's best measured generation rate: the highest level output tok/s of the
+    baseline run, and that level's concurrency."""
+    levels = baseline.levels
+    if levels.empty or "output_tok_s" not in levels:
+        raise SpeclabError("The baseline run has no level throughput to price answer generation; set plan_decode_tokens_per_s.")
+    rates = levels.dropna(subset=["output_tok_s"])
+    rates = rates[rates["output_tok_s"] > 0]
+    if rates.empty:
+        raise SpeclabError("The baseline run measured no output tok/s to price answer generation; set plan_decode_tokens_per_s.")
+    best = rates.loc[rates["output_tok_s"].idxmax()]
+    return float(best["output_tok_s"]), int(best["concurrency"])
+
+
+def plan_throughput(params: Eagle3Params, baseline: RunData, *, for_served: bool, plan_name: str) -> Throughput:
+    """The target's speed for data generation: given in params, or (when the plan is for the
+    served model) measured by the baseline run; on the embedded server that speed is this
+    machine's CPU, so its hours are CPU-hours, not priced."""
+    given_prefill, given_decode = params.plan_prefill_tokens_per_s, params.plan_decode_tokens_per_s
+    if not for_served and given_prefill is None:
+        raise SpeclabError(f"Option D for {plan_name}, not the served model, needs that model's speed: set"
+                           " plan_prefill_tokens_per_s (and plan_decode_tokens_per_s when answers are regenerated).")
+    parts, measured = [], False
+    prefill = given_prefill
+    if prefill is None:
+        prefill, measured = baseline_prefill_tokens_per_s(baseline), True
+        parts.append(f"prefill {prefill:,.0f} tok/s (the baseline's prompt tokens / TTFT at its lowest concurrency,"
+                     " a lower bound)")
+    else:
+        parts.append(f"prefill {prefill:,.0f} tok/s (plan_prefill_tokens_per_s)")
+    decode = given_decode
+    if decode is None and params.plan_answer_tokens_per_sample and for_served:
+        decode, concurrency = baseline_decode_tokens_per_s(baseline)
+        measured = True
+        parts.append(f"decode {decode:,.0f} tok/s (the baseline's best level, concurrency {concurrency}; a batch job"
+                     " at a higher concurrency generates faster)")
+    elif decode is not None:
+        parts.append(f"decode {decode:,.0f} tok/s (plan_decode_tokens_per_s)")
+    on_cpu_here = measured and params.mode == "embedded"
+    where = "the embedded server on this machine's CPU" if on_cpu_here else "the served model's server"
+    source = (f"measured by the baseline run {run_id(baseline.path)} on {where}: " if measured else "") \
+        + "; ".join(parts)
+    return Throughput(prefill_tokens_per_s=prefill, decode_tokens_per_s=decode, on_gpu=not on_cpu_here,
+                      gpus_per_replica=params.plan_gpus_per_replica, gpu_hour_usd=params.plan_gpu_hour_usd,
+                      source=source)
+
+
+def option_d_plan(params: Eagle3Params, run_dir: Path, baseline: RunData, *, target_config: dict[str, Any],
+                  target_name: str, drafter_config: dict[str, Any] | None = None) -> tuple[Plan, Path]:
+    """Option D's estimate for the plan's target (the served model unless `plan_target_config`),
+    written as `next-steps-eagle.md`. The head takes the drafter's dimensions when the drafter
+    is a head for that model, else the model's own."""
     config = _read_json(params.plan_target_config, "plan target config") if params.plan_target_config else target_config
-    name = Path(params.plan_target_config).parent.name if params.plan_target_config else target_name
+    for_served = params.plan_target_config is None or same_model(config, target_config)
+    name = target_name if for_served else Path(str(params.plan_target_config)).parent.name
     shape = TargetShape.from_config(config, name)
-    step = plan_step_time(params, shape, run_dir, config)
+    head = HeadShape.for_target(config, draft_vocab=shape.vocab_size,
+                                drafter_config=drafter_config if for_served else None)
+    step = plan_step_time(params, head, run_dir, name)
     data = DataPlan(samples=params.plan_samples, tokens_per_sample=params.plan_tokens_per_sample,
-                    epochs=params.plan_epochs, capture=params.plan_capture)
-    throughput = Throughput(prefill_tokens_per_s=params.plan_prefill_tokens_per_s or prefill_tokens_per_s,
-                            gpus_per_replica=params.plan_gpus_per_replica, gpu_hour_usd=params.plan_gpu_hour_usd)
+                    epochs=params.plan_epochs, capture=params.plan_capture,
+                    answer_tokens_per_sample=params.plan_answer_tokens_per_sample)
+    throughput = plan_throughput(params, baseline, for_served=for_served, plan_name=name)
     plan = estimate_plan(shape, data, step, throughput)
-    note = (f"Training step measured on {step.device} ({step.name or 'this machine'}); the shipped H200 figures"
-            " for Kimi-K2.5's head shape are in speclab's data/eagle3/step_time_h200.json.")
-    return plan.table(), write_plan(run_dir, plan, measured_note=note)
+    return plan, write_plan(run_dir, plan)
 
 
 def baseline_prefill_tokens_per_s(baseline: RunData) -> float:
@@ -210,7 +270,7 @@ def baseline_prefill_tokens_per_s(baseline: RunData) -> float:
 
 
 def write_report_section(run_dir: str | Path, *, comparison: pd.DataFrame, predicted: pd.DataFrame | None,
-                         measured: pd.DataFrame, plan_table: pd.DataFrame, match: DrafterMatch,
+                         measured: pd.DataFrame, plan: Plan, match: DrafterMatch,
                          drafter: str, speed_check: pd.DataFrame | None = None) -> Path:
     """05-report's view of this run: speedups, predicted vs measured acceptance, the plan."""
     from speclab.sections import write_section
@@ -227,9 +287,8 @@ def write_report_section(run_dir: str | Path, *, comparison: pd.DataFrame, predi
     if not comparison.empty and "verdict" in comparison:
         counts = comparison["verdict"].value_counts().to_dict()
         summary.append("Paired verdicts: " + ", ".join(f"{v} {n}" for v, n in sorted(counts.items())) + ".")
-    plan = plan_table.set_index("quantity")["value"]
-    summary.append(f"Option D (train your own head): ~{plan['train_gpu_hours']:,.0f} training GPU-hours,"
-                   f" ~{plan['total_gpu_hours']:,.0f} in all, ~${plan['cost_usd']:,.0f}; see next-steps-eagle.md.")
+    summary.append(plan.headline())
+    plan_table = plan.table()[["quantity", "reads"]].rename(columns={"reads": "estimate"})
     tables = {"speedup": comparison, "acceptance-measured": measured, "plan": plan_table}
     if predicted is not None:
         tables["acceptance-predicted"] = predicted
