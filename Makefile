@@ -33,11 +33,11 @@ setup: ## venvs (built side by side) + tcmalloc + the embedded model converted o
 	@$(MAKE) --no-print-directory tcmalloc
 	@$(BIN)/speclab setup --eagle3
 
-train-drafter: setup ## train the embedded model's EAGLE-3 head once (13-18 min on 2 cores: answers, features, 8 min of training; cached)
-	@$(BIN)/python -m speclab.eagle3.train
+train-drafter: setup ## train the embedded model's EAGLE-3 head once (13-18 min on 2 cores: answers, features, 8 min of training, each with a progress bar; QUIET=1: none; cached)
+	@$(if $(QUIET),SPECLAB_QUIET=1 )$(BIN)/python -m speclab.eagle3.train
 
-demo: setup ## run the whole workbook on the embedded server; prints wall time by phase and the report's path
-	@$(BIN)/speclab demo
+demo: setup ## run the whole workbook on the embedded server; progress bars with an ETA (QUIET=1: none), wall time by phase, the report's path
+	@$(BIN)/speclab demo $(if $(QUIET),--quiet)
 
 test: setup ## the full suite: unit, integration (real embedded vLLM) and notebook tests
 	@$(BIN)/python -m pytest -q -ra

@@ -16,7 +16,7 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 LAYERS: dict[str, set[str]] = {
     # A package's __init__ that only names its modules imports nothing, so it sits at the bottom.
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
-                   "runfolder", "sections", "sweep", "auth", "outcome", "eagle3.corpus",
+                   "runfolder", "sections", "sweep", "auth", "outcome", "eagle3.corpus", "measure.progress",
                    "moe", "traffic", "eagle3", "predict", "measure", "serve", "report"},
     "analysis": {"predict.replay", "predict.ngram_fast", "predict.costmodel", "predict.steptrace",
                  "predict.levelsim", "predict.predictions", "predict.compare", "report.findings",

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from speclab.cli import bench, server, traffic, workbook
 from speclab.errors import SpeclabError, explain_validation_error
+from speclab.measure import progress
 from speclab.urls import remember_secret_variable, strip_credentials_in_text
 
 
@@ -40,12 +41,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     terminate_like_ctrl_c()
     # the key named by --api-key-env is hidden from everything printed from here on
     remember_secret_variable(getattr(args, "api_key_env", None))
+    was_quiet = progress.is_quiet()
+    if getattr(args, "quiet", False):  # no bar here, nor in the kernels and scripts started from here
+        progress.set_quiet()
     stdout, stderr = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
     try:
         return _run(args)
     finally:
         sys.stdout, sys.stderr = stdout, stderr
+        progress.set_quiet(was_quiet)
 
 
 class RedactingStream:

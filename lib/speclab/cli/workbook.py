@@ -100,6 +100,7 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     import papermill
 
     from speclab.cli.kernels import kernel_config
+    from speclab.measure import progress as bars
     from speclab.urls import hide_credentials, strip_credentials_in_text
 
     source = notebook_path(notebook)
@@ -123,8 +124,10 @@ def run_notebook(notebook: str, files: list[str], overrides: list[str], *,
     executed = run_dir / "notebook.ipynb"
     error: str | None = None
     try:
-        papermill.execute_notebook(str(source), str(executed), parameters=params, progress_bar=progress,
-                                   cwd=str(source.parent), kernel_name="python3", config=kernel_config())
+        # the kernel's bars (sweeps, training, calibration) reach this terminal, not the notebook
+        with bars.relay_to_terminal():
+            papermill.execute_notebook(str(source), str(executed), parameters=params, progress_bar=progress,
+                                       cwd=str(source.parent), kernel_name="python3", config=kernel_config())
     except papermill.PapermillExecutionError as exc:
         error = strip_credentials_in_text(str(exc.evalue).strip().splitlines()[0] if exc.evalue else exc.ename)
     except KeyboardInterrupt:
@@ -225,9 +228,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-p", "--params", action="append", default=[],
                    help="a params YAML file, or key=value (repeatable; later wins)")
     p.add_argument("--outputs", default=None, help="outputs root (default: outputs/)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (they go to this terminal, never the report)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run the whole workbook on the embedded server; prints the report path")
     p.add_argument("--outputs", default=None, help="outputs root (default: outputs/)")
     p.add_argument("--skip", action="append", help="notebook to skip (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars (they go to this terminal, never the report)")
     p.set_defaults(func=cmd_demo)

@@ -53,7 +53,7 @@ def resolve_drafter(params: Eagle3Params) -> tuple[str, dict[str, Any], dict[str
         from speclab.serve.embedded import ensure_model, ensure_server_venv
 
         drafter = drafter or str(ensure_trained_head(seconds=params.head_train_seconds, prompts=params.head_prompts,
-                                                     max_tokens=params.head_max_tokens))
+                                                     max_tokens=params.head_max_tokens, progress=params.interactive))
         model = ensure_model(ensure_server_venv())
         target_config = _read_json(params.target_config or model / "config.json", "target config")
         target_name = target_name or model.name
@@ -113,12 +113,12 @@ def baseline_token_rows(baseline: RunData, out_path: Path) -> Path:
     return out_path
 
 
-def predict_offline(baseline: RunData, head_dir: str, run_dir: Path, k: int) -> pd.DataFrame:
+def predict_offline(baseline: RunData, head_dir: str, run_dir: Path, k: int, *, progress: bool = True) -> pd.DataFrame:
     """Per category: per-position acceptance of the head run offline over the baseline's tokens."""
     from speclab.eagle3.train import evaluate_head
 
     rows = baseline_token_rows(baseline, run_dir / "offline-tokens.jsonl")
-    result = evaluate_head(Path(head_dir), rows, run_dir / "offline-prediction.json", steps=k)
+    result = evaluate_head(Path(head_dir), rows, run_dir / "offline-prediction.json", steps=k, progress=progress)
     return offline_table(result["samples"])
 
 
@@ -186,7 +186,7 @@ def plan_step_time(params: Eagle3Params, head: HeadShape, run_dir: Path, target_
     # a draft vocabulary and sequence a CPU times in minutes; the record says which
     case: dict[str, Any] = {"name": name, **head.model_dump(), "draft_vocab": min(head.draft_vocab, 32000),
                             "seq_len": 512, "batch": 1, "ttt_steps": 3, "repeats": 3}
-    record = measure_step_time([case], run_dir / "step-time.json")
+    record = measure_step_time([case], run_dir / "step-time.json", progress=params.interactive)
     return step_time_from_record(record, name)
 
 

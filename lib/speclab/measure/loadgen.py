@@ -406,11 +406,11 @@ class _Appender:
 
 
 def _progress_bar(total: int, description: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
+    # `enabled` is about this process's own output; a headless notebook's bars still reach the
+    # terminal of `speclab run`/`demo` (speclab.measure.progress)
+    from speclab.measure import progress as bars
 
-    return tqdm(total=total, desc=description, unit="req", leave=True)
+    return bars.bar(total=total, desc=description, unit="req", show=enabled)
 
 
 def _scrape(client: httpx.Client, endpoint: Endpoint) -> MetricsSnapshot | None:

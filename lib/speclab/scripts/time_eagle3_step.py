@@ -92,7 +92,10 @@ def main() -> None:
     out = Path(sys.argv[2])
     device, name = _device()
     results = []
-    for case in cases:
+    for done, case in enumerate(cases):
+        # a line the parent draws as a bar (speclab.measure.progress's format)
+        print("speclab-progress " + json.dumps({"desc": "timing training steps", "done": done,
+                                                 "total": len(cases), "unit": "shape"}), flush=True)
         try:
             results.append(time_case(case, device))
         except torch.OutOfMemoryError as exc:  # report and go on with the next shape

@@ -20,6 +20,7 @@ Pipeline (method notes: docs/eagle3.md):
 4. export: `config.json` + `model.safetensors` in the layout vLLM 0.32 loads.
 `evaluate` runs a head offline over token ids and reports per-position acceptance
 (the fraction of rows whose first i+1 drafted tokens all equal the target's greedy tokens).
+Progress goes to stdout as ``speclab-progress {json}`` lines, which the parent draws as bars.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ from eagle3_head import Eagle3Head, HeadShape  # noqa: E402
 STEP_DECAY = 0.8  # SpecForge's per-step loss weight
 
 
+def progress(desc: str, done: float, total: float | None, unit: str) -> None:
+    """One stdout line the parent turns into a progress bar (speclab.measure.progress's format)."""
+    print("speclab-progress " + json.dumps({"desc": desc, "done": done, "total": total, "unit": unit}), flush=True)
+
+
 def default_layers(num_layers: int) -> list[int]:
     """vLLM 0.32's default EAGLE-3 capture layers for Llama-style targets."""
     return [2, num_layers // 2, num_layers - 3]
@@ -49,9 +55,11 @@ def default_layers(num_layers: int) -> list[int]:
 def load_target(target_dir: str, threads: int):
     from transformers import AutoModelForCausalLM
 
+    progress("loading the target model", 0, 1, "model")
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
     model.eval()
+    progress("loading the target model", 1, 1, "model")
     return model
 
 
@@ -63,13 +71,15 @@ def read_rows(path: str) -> list[dict]:
 def features(model, rows: list[dict], layers: list[int], max_len: int) -> list[dict]:
     """Target features per sample: ids, aux states [n, 3h] (bf16), greedy next tokens."""
     out = []
-    for row in rows:
+    for done, row in enumerate(rows):
+        progress("target features", done, len(rows), "sample")
         ids = (row["prompt_token_ids"] + row["output_token_ids"])[:max_len]
         x = torch.tensor([ids])
         res = model(input_ids=x, output_hidden_states=True)
         aux = torch.cat([res.hidden_states[i][0] for i in layers], dim=-1).to(torch.bfloat16)
         out.append({"id": row.get("id"), "category": row.get("category", "unknown"), "ids": torch.tensor(ids),
                     "aux": aux, "greedy": res.logits[0].argmax(-1), "prompt_len": len(row["prompt_token_ids"])})
+    progress("target features", len(rows), len(rows), "sample")
     return out
 
 
@@ -217,6 +227,8 @@ def cmd_train(a: argparse.Namespace) -> None:
         perm = torch.randperm(len(batches), generator=gen).tolist()
         for bi in perm:
             elapsed = time.perf_counter() - train_start
+            # a wall-clock budget: the bar counts its seconds, so the ETA is the budget's end
+            progress("training (wall-clock budget)", int(min(elapsed, a.seconds)), int(a.seconds), "s")
             if elapsed > a.seconds:
                 break
             lr = a.lr * min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(1.0, elapsed / a.seconds, step / total)))
@@ -238,8 +250,10 @@ def cmd_train(a: argparse.Namespace) -> None:
             continue
         break
     train_s = time.perf_counter() - train_start
+    progress("training (wall-clock budget)", int(a.seconds), int(a.seconds), "s")
     head.eval()
-    held_out = summarise(chained_acceptance_all_rows(head, evals, embed, t2d_index, draft_ids, a.ttt))
+    held_out = summarise(chained_acceptance_all_rows(head, evals, embed, t2d_index, draft_ids, a.ttt,
+                                                     desc="held-out check"))
     note = {"samples": len(samples), "held_out": len(evals), "steps": step, "epochs_done": round(step / max(len(batches), 1), 2),
             "ttt_steps": a.ttt, "draft_vocab": len(draft_ids), "layers": layers, "feature_s": round(feature_s, 1),
             "train_s": round(train_s, 1), "threads": a.threads, "final_loss": round(sum(losses[-25:]) / max(len(losses[-25:]), 1), 4),
@@ -269,12 +283,14 @@ def cmd_evaluate(a: argparse.Namespace) -> None:
 
 
 @torch.no_grad()
-def chained_acceptance_all_rows(head, samples, embed, t2d_index, draft_ids, steps: int) -> list[dict]:
+def chained_acceptance_all_rows(head, samples, embed, t2d_index, draft_ids, steps: int,
+                                desc: str = "drafting offline") -> list[dict]:
     """Per sample: answer rows drafted and, per position i, rows whose drafts 0..i all equal the
     target's greedy tokens (judged in target ids, so tokens outside the draft vocabulary count
     as rejections)."""
     results = []
-    for s in samples:
+    for done, s in enumerate(samples):
+        progress(desc, done, len(samples), "sample")
         aux, embeds, _ = batch_tensors([s], embed, t2d_index, steps)
         logits = head.unrolled(aux, embeds, steps)
         greedy, length, plen = s["greedy"], len(s["ids"]), s["prompt_len"]
@@ -290,6 +306,7 @@ def chained_acceptance_all_rows(head, samples, embed, t2d_index, draft_ids, step
             ok = ok & (drafted == teacher)
             per_pos.append(int((ok & rows).sum()))
         results.append({"id": s["id"], "category": s["category"], "rows": int(rows.sum()), "accepted_per_pos": per_pos})
+    progress(desc, len(samples), len(samples), "sample")
     return results
 
 

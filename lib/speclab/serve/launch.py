@@ -27,6 +27,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
+from speclab.measure import progress as bars
 from speclab.options import Engine, SpecOption
 from speclab.runs import redact_argv
 from speclab.urls import Endpoint, is_secret_name, remember_secret, strip_credentials_in_text
@@ -245,8 +246,10 @@ class ManagedServer:
         health_timeout_s: float = 600.0,
         stop_grace_s: float = 20.0,
         poll_interval_s: float = 0.25,
+        progress: bool = False,
     ) -> None:
         self.launch = launch
+        self.progress = progress  # a bar while it starts (a headless notebook's reaches `speclab run`'s terminal)
         self.log_path = Path(log_path)
         self.health_timeout_s = health_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -329,8 +332,14 @@ class ManagedServer:
         assert self.process is not None
         url = self.endpoint.at_root("health")
         deadline = t_launch + self.health_timeout_s
-        with httpx.Client(timeout=httpx.Timeout(2.0)) as client:
+        waited = 0
+        with httpx.Client(timeout=httpx.Timeout(2.0)) as client, \
+                bars.bar(desc=f"starting the {self.launch.engine} server", unit="s", show=self.progress) as bar:
             while True:
+                elapsed = int(time.perf_counter() - t_launch)
+                if elapsed > waited:  # a bar of seconds waited: how long a start takes shows
+                    bar.update(elapsed - waited)
+                    waited = elapsed
                 code = self.process.poll()
                 if code is not None:
                     self._drain_log()

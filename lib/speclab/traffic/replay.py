@@ -326,12 +326,12 @@ def replay_log(log: str | Path, run_dir: str | Path, options: Sequence[ReplayOpt
         raise SpeclabError(f"The log {log} does not exist; pass the path of a JSONL or Parquet file.")
     _pin_settings(run_dir, _settings(log, options, batch_size, fmt, max_model_len, tokenizer, max_rows,
                                      suffix_concurrency))
-    from tqdm.auto import tqdm
+    from speclab.measure import progress as bars
 
     state = tokenizer.state() if tokenizer is not None else None
     args = (list(options), max_model_len, suffix_python, suffix_concurrency)
-    bar = tqdm(total=_total_rows(log) if max_rows is None else max_rows, unit="row", desc="replay",
-               disable=not progress)
+    bar = bars.bar(total=_total_rows(log) if max_rows is None else max_rows, unit="row", desc="replay",
+                   show=progress)
     started, skipped = time.perf_counter(), 0
     use_ray = workers is not None or ray_address is not None
     batches = iter_log_batches(log, batch_size, fmt, max_rows)
