@@ -405,7 +405,7 @@ class _Appender:
         self.handle.close()
 
 
-def _progress_bar(total: int, description: str, enabled: bool) -> Any:
+def _progress_bar(total: int | None, description: str, enabled: bool) -> Any:
     # `enabled` is about this process's own output; a headless notebook's bars still reach the
     # terminal of `speclab run`/`demo` (speclab.measure.progress)
     from speclab.measure import progress as bars
