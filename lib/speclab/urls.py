@@ -52,7 +52,9 @@ _URL_WITH_CREDENTIALS = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/@\s\"']+@", re.I
 SECRET_NAME = re.compile(
     r"(api[_-]?keys?|secret|passw(or)?d|authori[sz]ation|bearer|credential|(^|[_-])auth$|(^|[_-])token$)", re.I)
 REDACTED = "<redacted>"
-_BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.I)
+# an Authorization header's value, and a bare bearer token (long, with a digit: never prose)
+_AUTH_HEADER = re.compile(r"(authorization['\"]?\s*[:=]\s*['\"]?(?:bearer|basic)\s+)[^\s'\",}<]+", re.I)
+_BEARER = re.compile(r"\b(Bearer)\s+(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,}")
 # Defence in depth: the *values* of keys speclab has read (an API key from `api_key_env`, the
 # password of an endpoint URL, a value given to a secret-looking flag) are hidden from every
 # string that is stored or printed, wherever they appear: under a flag speclab does not know,
@@ -61,6 +63,7 @@ _BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.I)
 _REMEMBERED: set[str] = set()
 _MIN_REMEMBERED = 4
 _MIN_FROM_ENVIRONMENT = 8
+_NOT_A_VALUE = ("_FILE", "_PATH", "_DIR", "_URL", "_ENV")  # where a secret lives, not the secret
 _pattern_cache: tuple[frozenset[str], re.Pattern[str] | None] = (frozenset(), None)
 
 
@@ -87,7 +90,8 @@ def secret_values() -> frozenset[str]:
     the values of secret-looking environment variables (``*_API_KEY``, ``HF_TOKEN``, ...)."""
     values = set(_REMEMBERED)
     for name, value in os.environ.items():
-        if len(value) >= _MIN_FROM_ENVIRONMENT and is_secret_name(name) and "://" not in value:
+        if (len(value) >= _MIN_FROM_ENVIRONMENT and is_secret_name(name) and "://" not in value
+                and not name.upper().endswith(_NOT_A_VALUE)):
             values.add(value)
     full = os.environ.get(ENDPOINT_URL_ENV)
     if full:
@@ -115,7 +119,9 @@ def strip_credentials_in_text(text: str) -> str:
         return text
     if "@" in text:
         text = _URL_WITH_CREDENTIALS.sub(r"\1", text)
-    if "earer" in text or "asic" in text:
+    if "uthori" in text or "UTHORI" in text:
+        text = _AUTH_HEADER.sub(rf"\1{REDACTED}", text)
+    if "Bearer" in text:
         text = _BEARER.sub(rf"\1 {REDACTED}", text)
     pattern = _secret_pattern()
     return pattern.sub(REDACTED, text) if pattern is not None else text

@@ -106,6 +106,11 @@ def test_redaction_of_command_lines_values_and_free_text(monkeypatch: pytest.Mon
         "curl -H 'Authorization: Bearer <redacted>'"
     assert "tok-0123456789abcdef" not in strip_credentials_in_text("sent tok-0123456789abcdef")
     assert strip_credentials_in_text("max_tokens 256, port 8000") == "max_tokens 256, port 8000"
+    prose = "Basic arithmetic first; Bearer bonds pay coupons; authorization: granted."
+    assert strip_credentials_in_text(prose) == prose  # words, not tokens
+    assert strip_credentials_in_text('{"Authorization": "Basic Ym9iOmh1bnRlcjI="}') == \
+        '{"Authorization": "Basic <redacted>"}'
+    assert strip_credentials_in_text("token Bearer eyJhbGciOiJIUzI1NiJ9.abc") == "token Bearer <redacted>"
     remember_secret_variable(VARIABLE)  # what `speclab` does with the api_key_env it is given
     assert redact({"notes": [f"key={PLANTED}"], "max_tokens": 8}) == {"notes": ["key=<redacted>"], "max_tokens": 8}
 
