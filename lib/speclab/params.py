@@ -85,6 +85,9 @@ class BaselineParams(_ServerParams, SweepConfig):
     traffic: list[dict[str, float]] = Field(
         [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],
         description="expected day for restart payback: hours at each concurrency")
+    restart_minutes: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="minutes a restart takes your server away (external; embedded: measured when it starts)")
     traffic_log: str | None = Field(None, description="a production log (JSONL/Parquet) to predict from")
     traffic_model: str | None = Field(None, description="the served model's folder (tokenizer); None: embedded")
 

@@ -143,11 +143,13 @@ def levels_table(run: RunData) -> pd.DataFrame:
     """One row per level with the summary.json contract keys most readers want."""
     if run.levels.empty:
         return pd.DataFrame()
-    cols = ["arm", "concurrency", "rate", "repeat", "requests", "errors", "output_tokens",
+    cols = ["arm", "concurrency", "rate", "repeat", "requests", "inflight_mean", "errors", "output_tokens",
             "duration_s", "output_tok_s", "ttft_s_median", "ttft_s_p99", "tpot_s_median",
             "tpot_s_p99", "e2e_s_median", "tokens_per_chunk_mean", "acceptance_rate",
             "mean_acceptance_length", "server_tpot_s_mean", "server_ttft_s_mean", "foreign_traffic"]
-    return run.levels[[c for c in cols if c in run.levels]]
+    from speclab.report.tables import mark_load
+
+    return mark_load(run.levels[[c for c in cols if c in run.levels]], [run])
 
 
 def acceptance_table(run: RunData) -> pd.DataFrame:
@@ -237,14 +239,31 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
     return table
 
 
+def restart_seconds(params: BaselineParams, data: RunData) -> tuple[float | None, str]:
+    """What one restart costs, and where that figure comes from: ``restart_minutes`` when
+    given, else the load time measured when speclab started this run's server."""
+    if params.restart_minutes is not None:
+        return params.restart_minutes * 60.0, "restart_minutes (given)"
+    measured = data.server.get("load_time_s")
+    if measured:
+        return float(measured), "measured when speclab started this server"
+    return None, "unknown"
+
+
 def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
-    """Hours until a restart into each option pays for itself, for the expected traffic."""
+    """Hours until a restart into each option pays for itself, for the expected traffic; where
+    no restart cost is known (an external server speclab did not start), one row saying what to give."""
     from speclab.predict.predictions import restart_payback
 
+    restart_s, source = restart_seconds(params, data)
+    if restart_s is None:
+        return pd.DataFrame({"note": [
+            "No restart cost is known: speclab did not start this server, so it could not time a start. "
+            "Give restart_minutes (how long a restart takes your server away) to see the payback."]})
     frames = []
     for option, rows in predicted.groupby("option", sort=False):
-        table = restart_payback(rows, params.traffic, baseline_run_dir=data.path)
-        frames.append(table.assign(option=option))
+        table = restart_payback(rows, params.traffic, load_time_s=restart_s)
+        frames.append(table.assign(option=option, restart_from=source))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

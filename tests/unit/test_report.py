@@ -48,7 +48,7 @@ def test_decision_rows_are_the_paired_all_category_cells(bundle: report.ReportBu
     all_cells = bundle.comparisons[option].query("category == 'all'")
     assert rows["speedup"].tolist() == pytest.approx(all_cells["speedup"].tolist())
     assert rows["baseline_tok_s"].tolist() == pytest.approx(bundle.baseline.levels["output_tok_s"].tolist())
-    assert rows["server_load_s"].iloc[0] == pytest.approx(26.647, abs=0.01)
+    assert rows["restart_s"].iloc[0] == pytest.approx(26.647, abs=0.01)
     html = report.decision_table(bundle).to_html()
     assert 'id="T_decision-table"' in html and "[" in html  # speedup with its interval
 

@@ -445,7 +445,7 @@ class _Appender:
         self.handle.close()
 
 
-def _progress_bar(total: int, description: str, enabled: bool) -> Any:
+def _progress_bar(total: int | None, description: str, enabled: bool) -> Any:
     if not enabled:
         return None
     from tqdm.auto import tqdm
@@ -453,11 +453,26 @@ def _progress_bar(total: int, description: str, enabled: bool) -> Any:
     return tqdm(total=total, desc=description, unit="req", leave=True)
 
 
-def _scrape(client: httpx.Client, endpoint: Endpoint) -> MetricsSnapshot | None:
+def _scrape(client: httpx.Client, endpoint: Endpoint, failures: list[str]) -> MetricsSnapshot | None:
+    """A ``/metrics`` snapshot, or None with the reason appended to ``failures`` (the level is
+    then measured without counters, and says so)."""
     try:
         return scrape_metrics(client, endpoint)
-    except SpeclabError:
+    except SpeclabError as exc:
+        failures.append(exc.message)
         return None
+
+
+def _reset_prefix_cache(client: httpx.Client, endpoint: Endpoint) -> str:
+    """POST ``/reset_prefix_cache``: 'reset', or why not (vLLM serves it only in dev mode, and
+    a production server refuses it: levels may then reuse prompts cached by earlier ones)."""
+    try:
+        response = client.post(endpoint.at_root("reset_prefix_cache"))
+    except httpx.HTTPError as exc:
+        return f"failed ({type(exc).__name__})"
+    if response.is_success:
+        return "reset"
+    return f"refused (HTTP {response.status_code})"
 
 
 def _warm_up(endpoint: Endpoint, model: str, config: SweepConfig, n: int, arm: str) -> None:
@@ -505,12 +520,11 @@ def measure_sweep(
         for level, concurrency, rate, repeat in plan.levels():
             timed = config.level_duration_s if rate is None else None
             specs = _level_specs(plan, level, arm, cycles=DURATION_CYCLES if timed else 1)
-            if config.reset_prefix_cache:
-                with contextlib.suppress(httpx.HTTPError):
-                    control.post(ep.at_root("reset_prefix_cache"))
+            cache_reset = _reset_prefix_cache(control, ep) if config.reset_prefix_cache else "off"
             probe_ms = hostload.speed_probe_ms()  # the server is idle between levels
             _warm_up(ep, model, config, config.warmup_requests, arm)
-            before = _scrape(control, ep)
+            scrape_failures: list[str] = []
+            before = _scrape(control, ep, scrape_failures)
             load_before = hostload.sample()
             label = f"{arm} c={concurrency}" + (f" rate={rate}/s" if rate else "") + (
                 f" repeat {repeat + 1}" if config.repeats > 1 else "")
@@ -537,7 +551,7 @@ def measure_sweep(
                 if bar is not None:
                     bar.close()
             load_after = hostload.sample()
-            after = _scrape(control, ep)
+            after = _scrape(control, ep, scrape_failures)
             records = appender.records
             counters = window(before, after) if before and after else None
             ok = [r for r in records if r.ok]
@@ -548,6 +562,8 @@ def measure_sweep(
                 records, concurrency=concurrency, rate=rate, counters=counters,
                 foreign=foreign, harness=harness)
             level_summary.update({"level": level, "repeat": repeat, "arm": arm,
+                                  "prefix_cache_reset": cache_reset,
+                                  "metrics_scrape": scrape_failures[0] if scrape_failures else "ok",
                                   "host_load": {**hostload.window(load_before, load_after),
                                                 "host_probe_ms": probe_ms}})
             result.levels.append(level_summary)

@@ -382,6 +382,7 @@ class CalibratedStepTime:
             "extra_ms_at_1_4_16_tokens": [round(self.verify.extra_s(x) * 1e3, 3) for x in (1, 4, 16)],
             "baseline_per_token_ms": slope * 1e3 if slope is not None else None,
             "source": self.verify.source,
+            "notes": list(self.notes),
             "step_model": None if self.steps is None else {
                 "step_ms_by_decoding_sequences": {f"{k:g}": round(v * 1e3, 3)
                                                   for k, v in zip(self.steps.seq_knots, self.steps.seq_step_s,

@@ -310,7 +310,8 @@ def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path, 
     cost = _stream_fit(steps, f"{source} ({len(steps)} engine steps)")
     if cost is None:
         model = fit_step_time(base[["batch", "step_s"]], points, source=source, knee_tokens=knee_tokens)
-        model.notes.append("the runs carry no chunk timing: verify cost fitted on level means, no step model")
+        model.notes.append("the runs carry no chunk timing: the verify cost falls back to a fit on level means, "
+                           "no step model")
         return model
     return CalibratedStepTime(base[["batch", "step_s"]], cost.speculative, points=level_point_extras(points, cost.speculative),
                               steps=cost, step_data=steps)
@@ -347,6 +348,9 @@ def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, not
                        f"{source} verify cost; the rest of a step from {Path(baseline_run_dir).name}'s own steps")
     if cost is not None:
         model.steps = cost.model_copy(update={"speculative": verify})
+    else:
+        model.notes.append("the baseline's streams gave too few engine steps for a step model: steps fall "
+                           "back to the level means (no context or prefill terms)")
     if note:
         model.notes.append(note)
     return model

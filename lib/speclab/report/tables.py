@@ -67,14 +67,14 @@ def category_table(run: RunData) -> pd.DataFrame:
     ok = frame[frame["ok"].astype(bool)].copy()
     ok["tok_s_per_request"] = ok["output_tokens"] / ok["e2e_s"]
     grouped = ok.groupby(["category", "concurrency"])
-    return grouped.agg(
+    return mark_load(grouped.agg(
         requests=("prompt_id", "count"),
         output_tokens_mean=("output_tokens", "mean"),
         tok_s_per_request=("tok_s_per_request", "median"),
         tpot_s_median=("tpot_s", "median"),
         ttft_s_median=("ttft_s", "median"),
         tokens_per_chunk_mean=("tokens_per_chunk_mean", "mean"),
-    ).reset_index()
+    ).reset_index(), [run])
 
 
 def stack_levels(runs: list[RunData]) -> pd.DataFrame:
@@ -87,6 +87,36 @@ def stack_requests(runs: list[RunData]) -> pd.DataFrame:
     """Requests of several runs in one long table (``arm`` tells them apart)."""
     frames = [r.requests.assign(arm=r.label, run=r.path.name) for r in runs if not r.requests.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# --------------------------------------------------------------------------- the load a level reached
+
+
+def load_shortfalls(runs: list[RunData]) -> dict[int, str]:
+    """Per concurrency whose closed-loop level never had its requests in flight (below
+    :data:`speclab.measure.summary.INFLIGHT_SHARE_MIN` of c in any of ``runs``): what it reached."""
+    out: dict[int, str] = {}
+    for run in runs:
+        if run.levels.empty or "inflight_below_target" not in run.levels:
+            continue
+        for level in run.levels.to_dict("records"):
+            if level.get("inflight_below_target") is True and level.get("inflight_mean") is not None:
+                c = int(level["concurrency"])
+                text = f"{level['inflight_mean']:.1f} of {c} in flight"
+                out[c] = text if c not in out else min(out[c], text)
+    return out
+
+
+def mark_load(frame: pd.DataFrame, runs: list[RunData]) -> pd.DataFrame:
+    """``frame`` with an ``in_flight`` column where a concurrency's level fell short of its
+    load (its figures describe a lighter load than its label); unchanged when none did."""
+    shortfalls = load_shortfalls(runs)
+    if frame.empty or not shortfalls or "concurrency" not in frame:
+        return frame
+    marked = frame.copy()
+    marked["in_flight"] = marked["concurrency"].map(
+        lambda c: shortfalls.get(int(c), "full") if pd.notna(c) else None)
+    return marked
 
 
 # --------------------------------------------------------------------------- caveats
@@ -118,6 +148,10 @@ def _run_caveats(run: RunData) -> list[str]:
         errors = int(run.levels["errors"].sum()) if "errors" in run.levels else 0
         if errors:
             notes.append(f"{errors} request(s) failed; they are excluded from every figure.")
+        for c, reached in sorted(load_shortfalls([run]).items()):
+            notes.append(f"the level labelled concurrency {c} had only {reached} on average: its figures are "
+                         "for a lighter load than its label; raise rounds (or set level_duration_s).")
+        notes += _level_path_caveats(run.levels)
         for level in run.levels.to_dict("records"):
             harness = level.get("harness") if isinstance(level.get("harness"), dict) else {}
             lag = harness.get("p99_s") or harness.get("lag_p99_s")
@@ -139,6 +173,39 @@ def _run_caveats(run: RunData) -> list[str]:
     for note in run.server.get("notes") or []:
         if "declared" in note:
             notes.append(scrub_paths(note))
+    notes += _cost_model_caveats(run)
+    return notes
+
+
+def _level_path_caveats(levels: pd.DataFrame) -> list[str]:
+    """Paths a sweep took quietly, made loud: no counters, no prefix-cache reset."""
+    notes: list[str] = []
+    records = levels.to_dict("records")
+    failed = [r for r in records if r.get("metrics_scrape") not in (None, "ok")]
+    if failed:
+        where = ", ".join(str(r.get("concurrency")) for r in failed)
+        notes.append(f"/metrics could not be read at concurrency {where} ({scrub_paths(failed[0]['metrics_scrape'])}): "
+                     "those levels have no acceptance, server latency or foreign-traffic check.")
+    refused = sorted({str(r["prefix_cache_reset"]) for r in records
+                      if str(r.get("prefix_cache_reset") or "").startswith(("refused", "failed"))})
+    if refused:
+        notes.append(f"the server's prefix-cache reset {' / '.join(refused)} (vLLM serves /reset_prefix_cache only "
+                     "with VLLM_SERVER_DEV_MODE=1): prompts cached by earlier levels or arms may look faster; "
+                     "the plan keeps prompts distinct across levels where the prompt set allows.")
+    return notes
+
+
+def _cost_model_caveats(run: RunData) -> list[str]:
+    """A prediction that took a fallback (no step model, built-in calibration prompts) says so."""
+    path = run.path / COST_MODEL_JSON
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text())
+    notes = [f"prediction: {scrub_paths(n)}" for n in (record.get("model") or {}).get("notes") or []
+             if "fall" in n or "no step model" in n or "too few" in n]
+    said = str(record.get("calibration_prompts") or "")
+    if "built-in prompt sets" in said:
+        notes.append(f"{said}: the verify cost was measured on other prompts than yours.")
     return notes
 
 
