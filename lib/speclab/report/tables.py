@@ -18,6 +18,7 @@ import pandas as pd
 from speclab.predict import compare
 from speclab.predict.costmodel import CalibratedStepTime
 from speclab.runfolder import RunData
+from speclab.runs import run_id  # notebooks and the report name runs through tables.run_id
 
 COST_MODEL_JSON = "cost_model.json"
 PREDICTIONS_PARQUET = "predictions.parquet"
@@ -25,12 +26,6 @@ PREDICTIONS_PARQUET = "predictions.parquet"
 # An absolute path of two or more parts, also after '=' or ':' (LD_PRELOAD lists), but not a
 # URL's path (``http://h:8000/v1/models`` is kept: its slashes follow a word character).
 _LOCAL_PATH = re.compile(r"(?<![\w/.~-])/(?:[\w.+@-]+/)+([\w.+@-]+)")
-
-
-def run_id(path: str | Path) -> str:
-    """A run's name without the machine's folders: ``2026-12-01/053012-01-baseline-default``."""
-    folder = Path(path)
-    return f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
 
 
 def scrub_paths(text: str) -> str:
