@@ -85,6 +85,9 @@ class BaselineParams(_ServerParams, SweepConfig):
     traffic: list[dict[str, float]] = Field(
         [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],
         description="expected day for restart payback: hours at each concurrency")
+    self_check_requests: int = Field(
+        16, ge=0, le=256,
+        description="bf16: rerun this many of the top level's requests at half its concurrency (0 = off)")
     restart_minutes: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="minutes a restart takes your server away (external; embedded: measured when it starts)")

@@ -90,7 +90,45 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
             except SpeclabError as exc:  # the baseline above is measured and kept whatever happens here
                 print(f"speclab: the calibration's baseline arm failed ({exc.message}); "
                       "verify_cost_model measures it again on a fresh server.")
+        if params.self_check_requests and "float32" not in str(live.identity.dtype or params.dtype):
+            try:
+                measure_self_divergence(live, params, run, plan, progress=progress)
+            except SpeclabError as exc:  # measured data stays; the losslessness check says it has no rerun
+                print(f"speclab: the baseline's self-check rerun failed ({exc.message}); 02's losslessness "
+                      "check will say it cannot tell bf16 rounding from a broken server.")
         return SweepOutcome(result, live.identity)
+
+
+def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: Plan, *,
+                            progress: bool = False) -> dict[str, Any]:
+    """How often the baseline's greedy outputs differ from themselves: the first
+    ``self_check_requests`` of the top level rerun on the same server at half its concurrency
+    (another batch shape, as speculation makes), compared token by token. In bf16 this is the
+    noise a speculative arm's divergence is judged against; saved as self_divergence.json."""
+    from speclab.predict.compare import losslessness, self_divergence
+    from speclab.report.tables import SELF_DIVERGENCE_JSON
+    from speclab.runfolder import PlannedRequest
+    from speclab.runs import write_json
+
+    top = max(plan.levels(), key=lambda level: (level[1], level[0]))
+    chosen = plan.for_level(top[0])[:params.self_check_requests]
+    rerun_c = max(1, top[1] // 2)
+    subplan = Plan([PlannedRequest(**{**r.__dict__, "level": 0, "concurrency": rerun_c}) for r in chosen],
+                   {r.prompt_id: plan.prompts[r.prompt_id] for r in chosen})
+    config = params.sweep_only().model_copy(update={"concurrency": [rerun_c], "warmup_requests": 0})
+    sub = Run.create("self-check", {"of": run.id, "concurrency": rerun_c}, kind="self-check",
+                     run_dir=run.path / "self-check")
+    with sub.recording():
+        measure_sweep(live.endpoint, live.model, config, sub, plan=subplan, arm="self-check", progress=progress)
+    base = load_run(run.path).requests
+    base = base[base["level"] == top[0]].assign(concurrency=0, repeat=0)
+    again = load_run(sub.path).requests.assign(concurrency=0, repeat=0)
+    table = losslessness(base, again)
+    record = {**self_divergence(table), "from_concurrency": top[1], "rerun_concurrency": rerun_c,
+              "dtype": live.identity.dtype or params.dtype, "run": sub.id}
+    write_json(run.path / SELF_DIVERGENCE_JSON, record)
+    run.update(self_divergence=record)
+    return record
 
 
 def _calibration_inputs(params: BaselineParams, used: set[str]) -> tuple[SweepConfig, list[Prompt], str]:

@@ -22,6 +22,7 @@ from speclab.runs import run_id  # notebooks and the report name runs through ta
 
 COST_MODEL_JSON = "cost_model.json"
 PREDICTIONS_PARQUET = "predictions.parquet"
+SELF_DIVERGENCE_JSON = "self_divergence.json"
 
 # An absolute path of two or more parts, also after '=' or ':' (LD_PRELOAD lists), but not a
 # URL's path (``http://h:8000/v1/models`` is kept: its slashes follow a word character).
@@ -204,12 +205,23 @@ def _cost_model_caveats(run: RunData) -> list[str]:
     return notes
 
 
+def baseline_self_divergence(baseline: RunData) -> dict[str, Any] | None:
+    """How much the baseline's greedy outputs differ from its own rerun (01 writes it in bf16)."""
+    path = baseline.path / SELF_DIVERGENCE_JSON
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def losslessness_verdict(baseline: RunData, option: RunData) -> str:
+    """The option's greedy outputs against the baseline's, judged against the baseline's own rerun."""
+    table = compare.losslessness(baseline.requests, option.requests)
+    return compare.losslessness_verdict(table, option.server.get("dtype"), baseline_self_divergence(baseline))
+
+
 def _pair_caveats(baseline: RunData, option: RunData, comparison: pd.DataFrame | None) -> list[str]:
     """What the pairing of an option run with its baseline says against the verdicts."""
     notes: list[str] = []
     if not baseline.requests.empty and not option.requests.empty:
-        verdict = compare.losslessness_verdict(compare.losslessness(baseline.requests, option.requests),
-                                               option.server.get("dtype"))
+        verdict = losslessness_verdict(baseline, option)
         if not verdict.startswith("Lossless"):
             notes.append(verdict)
     if comparison is not None and not comparison.empty:
