@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, Engine, SpecOption, default_option
 from speclab.serve.target import ServerTarget
+from speclab.stats import INSTANCE_SD
 from speclab.sweep import SweepConfig
 from speclab.urls import restore_credentials
 
@@ -88,6 +89,9 @@ class BaselineParams(_ServerParams, SweepConfig):
     self_check_requests: int = Field(
         16, ge=0, le=256,
         description="bf16: rerun this many of the top level's requests at half its concurrency (0 = off)")
+    instance_sd: float = Field(
+        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
     restart_minutes: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="minutes a restart takes your server away (external; embedded: measured when it starts)")
@@ -117,6 +121,9 @@ class SpecParams(_ServerParams):
     prompt_lookup_max: int | None = Field(NGRAM_LOOKUP[1], ge=1, description="ngram: longest n-gram matched")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
     bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")
+    instance_sd: float = Field(
+        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
 
     def option(self) -> SpecOption:
         if self.method == "ngram":
@@ -170,6 +177,10 @@ class ReportParams(_NotebookParams):
     title: str = Field("Speculative decoding: what pays off on this server", description="report title")
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(2000, ge=100)
+    instance_sd: float = Field(
+        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+
 
 
 class ProfileNotebookParams(_ServerParams):

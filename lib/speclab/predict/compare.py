@@ -84,8 +84,13 @@ def verdict(ci_low: float | None, ci_high: float | None) -> str:
 
 
 def speedup_cell(pairs: pd.DataFrame, confidence: float = 0.95, n_resamples: int = 2000,
-                 seed: int = 0) -> dict[str, Any]:
-    """Speedup and bootstrap CI for one cell's prompt pairs."""
+                 seed: int = 0, instance_sd: float = 0.0) -> dict[str, Any]:
+    """Speedup and bootstrap CI for one cell's prompt pairs.
+
+    ``instance_sd``: the relative spread of one server instance's speed from another's; where
+    the arms ran on different instances (a restart separates them) each bootstrap draw is
+    multiplied by the ratio of two such factors, so the interval holds that spread too.
+    """
     bt = pairs["output_tokens_base"].to_numpy(float)
     be = pairs["e2e_s_base"].to_numpy(float)
     tt = pairs["output_tokens_treat"].to_numpy(float)
@@ -99,6 +104,12 @@ def speedup_cell(pairs: pd.DataFrame, confidence: float = 0.95, n_resamples: int
             confidence_level=confidence, n_resamples=n_resamples, method="percentile",
             random_state=np.random.default_rng(seed))
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        if instance_sd > 0:
+            rng = np.random.default_rng(seed + 1)
+            draws = result.bootstrap_distribution * rng.lognormal(0.0, instance_sd, n_resamples) / rng.lognormal(
+                0.0, instance_sd, n_resamples)
+            tail = (1.0 - confidence) / 2.0
+            low, high = (float(q) for q in np.nanquantile(draws, [tail, 1.0 - tail]))
     return {
         "pairs": n,
         "base_tok_s_per_request": float(bt.sum() / be.sum()) if n else None,
@@ -106,6 +117,7 @@ def speedup_cell(pairs: pd.DataFrame, confidence: float = 0.95, n_resamples: int
         "speedup": point,
         "ci_low": low,
         "ci_high": high,
+        "ci_width_pct": (high - low) / point * 100 if low is not None and high is not None and point else None,
         "verdict": verdict(low, high),
         "base_tpot_s_median": float(np.median(pairs["tpot_s_base"].dropna())) if n else None,
         "treat_tpot_s_median": float(np.median(pairs["tpot_s_treat"].dropna())) if n else None,
@@ -113,8 +125,9 @@ def speedup_cell(pairs: pd.DataFrame, confidence: float = 0.95, n_resamples: int
 
 
 def paired_speedups(baseline: pd.DataFrame, treatment: pd.DataFrame, *, confidence: float = 0.95,
-                    n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per category x concurrency (plus category 'all'): speedup, CI and verdict."""
+                    n_resamples: int = 2000, seed: int = 0, instance_sd: float = 0.0) -> pd.DataFrame:
+    """Per category x concurrency (plus category 'all'): speedup, CI and verdict
+    (``instance_sd``: see :func:`speedup_cell`; give it when the arms ran on two server instances)."""
     pairs = pair_requests(baseline, treatment)
     rows: list[dict[str, Any]] = []
     if pairs.empty:
@@ -124,7 +137,7 @@ def paired_speedups(baseline: pd.DataFrame, treatment: pd.DataFrame, *, confiden
         groups = [("all", level)] + list(level.groupby("category"))
         for category, cell in groups:
             rows.append({"category": category, "concurrency": int(concurrency),
-                         **speedup_cell(cell, confidence, n_resamples, seed)})
+                         **speedup_cell(cell, confidence, n_resamples, seed, instance_sd)})
     frame = pd.DataFrame(rows)
     order = {"all": 0}
     frame["_o"] = frame["category"].map(lambda c: order.get(c, 1))

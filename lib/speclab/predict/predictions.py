@@ -53,6 +53,7 @@ from speclab.predict.costmodel import (
 from speclab.predict.levelsim import SimRequest, simulate_level
 from speclab.predict.replay import ReplayResult, baseline_requests, replay_option
 from speclab.predict.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, prompt_tokens, run_steps
+from speclab.stats import INSTANCE_SD
 
 __all__ = [
     "calibrate_from_runs",
@@ -70,10 +71,6 @@ __all__ = [
 ]
 
 
-# One server instance's decode step time against another's, same host, same prompts, same
-# (deterministic) outputs: baseline instances of the predictor benchmark differed by 0.9-7 %
-# (RMS 5 %, so ~3.5 % each) on the embedded server, 2026-12-01 (docs/predictor.md).
-INSTANCE_SD = 0.035
 
 
 # --------------------------------------------------------------------------- run readers
@@ -500,7 +497,7 @@ def predict_from_baseline(
             k = replay.k
             speedup = tokens * base_step / spec_step
             interval = _speedup_interval(
-                replay.requests, base_requests, r["category"], int(c), batch, base_step, verify_draws,
+                replay.requests, r["category"], int(c), batch, base_step, verify_draws,
                 level_mix=batch_mix == "level", confidence=confidence, rng=rng, instance_sd=instance_sd)
             # Inside the measured mix (and for the whole level) the level is stepped through:
             # the batch the option decodes at, not the baseline's (docs/predictor.md).
@@ -525,6 +522,9 @@ def predict_from_baseline(
                 "baseline_tok_s": batch / base_step, "predicted_tok_s": batch * tokens / spec_step,
                 "predicted_speedup": speedup,
                 **interval,
+                "predicted_interval_width_pct": (
+                    (interval["predicted_speedup_high"] - interval["predicted_speedup_low"]) / speedup * 100
+                    if interval["predicted_speedup_low"] is not None and speedup else None),
                 "break_even_acceptance_length": break_even,
                 "loses": speedup < 1.0,
                 **{f"acceptance_pos{i + 1}": r.get(f"acceptance_pos{i + 1}") for i in range(k)},
@@ -578,18 +578,18 @@ def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Ge
     return draws
 
 
-def _ratio_draws(numerator: np.ndarray, denominator: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """sum(num)/sum(den) over ``n`` bootstrap resamples of the rows."""
+def _ratio_draws(numerator: np.ndarray, denominator: np.ndarray, n: int, rng: np.random.Generator,
+                 idx: np.ndarray | None = None) -> np.ndarray:
+    """sum(num)/sum(den) over ``n`` bootstrap resamples of the rows (or the given indices)."""
     if len(numerator) == 0:
         return np.full(n, np.nan)
-    idx = rng.integers(0, len(numerator), (n, len(numerator)))
+    idx = rng.integers(0, len(numerator), (n, len(numerator))) if idx is None else idx
     den = denominator[idx].sum(axis=1)
     return np.where(den > 0, numerator[idx].sum(axis=1) / np.where(den > 0, den, 1), np.nan)
 
 
 def _speedup_interval(
     replayed: pd.DataFrame,
-    baseline: pd.DataFrame,
     category: str,
     concurrency: int,
     batch: float,
@@ -601,21 +601,27 @@ def _speedup_interval(
     rng: np.random.Generator,
     instance_sd: float = 0.0,
 ) -> dict[str, Any]:
-    """The interval and verdict of one cell's predicted speedup (see predict_from_baseline)."""
+    """The interval and verdict of one cell's predicted speedup (see predict_from_baseline).
+
+    Both arms run the same prompts, so one resample of the cell's requests serves both: the
+    prompt mix moves the baseline's decode time and the option's alike and cancels in the
+    ratio (resampling each arm on its own counted it twice), and the replayed tokens per step
+    and verified tokens per step come from the same requests. What is left between the arms
+    is each server instance's own speed (``instance_sd``, one log-normal factor per arm).
+    """
     n = len(verify_draws)
     at_c = replayed[replayed["concurrency"] == concurrency]
     cell = at_c if category == "all" else at_c[at_c["category"] == category]
+    idx = rng.integers(0, len(cell), (n, len(cell))) if len(cell) else None
     steps = cell["decode_steps"].to_numpy(float)
-    tokens = _ratio_draws(cell["decode_tokens"].to_numpy(float), steps, n, rng)
-    mix = at_c if level_mix else cell
-    verified = 1.0 + _ratio_draws(mix["draft_tokens"].to_numpy(float), mix["decode_steps"].to_numpy(float), n, rng)
-    base_c = baseline[baseline["concurrency"] == concurrency]
-    if category != "all":
-        base_c = base_c[base_c["category"] == category]
-    decode_s, decode_tokens = base_c["decode_s"].to_numpy(float), base_c["decode_tokens"].to_numpy(float)
-    point_tpot = decode_s.sum() / decode_tokens.sum() if decode_tokens.sum() > 0 else np.nan
-    noise_base = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
-    noise_spec = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
+    tokens = _ratio_draws(cell["decode_tokens"].to_numpy(float), steps, n, rng, idx)
+    if level_mix and category != "all":  # the level's mix sets the batch: its own requests
+        verified = 1.0 + _ratio_draws(at_c["draft_tokens"].to_numpy(float), at_c["decode_steps"].to_numpy(float),
+                                      n, rng)
+    else:
+        verified = 1.0 + _ratio_draws(cell["draft_tokens"].to_numpy(float), steps, n, rng, idx)
+    noise_base = rng.lognormal(0.0, instance_sd, n)
+    noise_spec = rng.lognormal(0.0, instance_sd, n)
     extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0), batch) for v, x in zip(verify_draws, verified, strict=True)])
     draws = tokens * (base_step * noise_base) / ((base_step + extra) * noise_spec)
     draws = draws[np.isfinite(draws)]

@@ -79,7 +79,8 @@ def collect(params: ReportParams) -> ReportBundle:
     for option in options:
         bundle.comparisons[option.label] = compare.paired_speedups(
             baseline.requests, option.requests, confidence=params.confidence,
-            n_resamples=params.bootstrap_resamples)
+            n_resamples=params.bootstrap_resamples,
+            instance_sd=tables.instance_spread(baseline, option, params.instance_sd))
     return bundle
 
 
@@ -259,8 +260,9 @@ def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = N
                      "prediction_error_pct", "in_flight"]
             measured = measured[[c for c in order if c in measured]]
         payback = measured_payback(bundle, option)
-        applies = tables.group_caveats([c for c in found if c.subject in (option.label, bundle.baseline.label)],
-                                       with_runs=False)
+        mine_or_all = (option.label, bundle.baseline.label)
+        applies = tables.group_caveats([c for c in found if c.subject in mine_or_all
+                                        or option.label in c.subject.split(" and ")], with_runs=False)
         records.append(DecisionRecord(
             option=option.label, run=tables.run_id(option.path), baseline_run=tables.run_id(bundle.baseline.path),
             measured=measured.reset_index(drop=True), restart_s=restart_cost(bundle, option)[0],
@@ -306,12 +308,24 @@ def opening(title: str, sentence: str) -> str:
             f"<b>Recommendation.</b> {html.escape(sentence)}</div>")
 
 
-def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None) -> str:
-    """The report's first sentence: what to do, and the measured evidence for it."""
+def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None,
+                   found: list[tables.Caveat] | None = None) -> str:
+    """The report's first sentence: what to do, and the measured evidence for it.
+
+    It recommends nothing over a CONTAMINATED comparison, an option whose outputs fail the
+    losslessness check, or intervals that all include 1 ("unclear"): it says why instead.
+    """
     rows = decision_rows(bundle)
     if rows.empty:
         return "No paired measurements: run 01-baseline and an option (02-ngram) on the same plan first."
-    records = records if records is not None else decision_records(bundle, [])
+    found = found if found is not None else report_caveats(bundle)
+    contaminated = next((c.message for c in found if c.message.startswith("CONTAMINATED")), None)
+    if contaminated:
+        return ("No recommendation: " + contaminated.split(": ", 1)[1].split(". Speed differences")[0]
+                + ", so the measured speed differences may come from the load, not the options; "
+                "rerun the arms on a quiet machine.")
+    broken = {c.subject for c in found if c.message.startswith("NOT lossless")}
+    records = records if records is not None else decision_records(bundle, found)
     paybacks = {r.option: r.payback_h for r in records}
     levels = _levels(sorted(int(c) for c in rows["concurrency"].unique()))
     scored = []
@@ -320,12 +334,22 @@ def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = 
         slower = cells[cells["verdict"] == compare.SLOWER]
         scored.append((len(faster) - len(slower), float(cells["speedup"].mean()), option, cells, faster, slower))
     scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
+    if scored[0][2] in broken:
+        return (f"Do not restart into {scored[0][2]} yet: its greedy outputs differ from the baseline's beyond "
+                "the baseline's own noise (losslessness check), so its speed may come from wrong tokens; "
+                "recheck both arms in float32 first.")
     _, _, option, cells, faster, slower = scored[0]
     if faster.empty:
         best = rows.loc[rows["speedup"].idxmax()]
-        return (f"Keep the baseline: no option was measurably faster at any concurrency tested ({levels}); "
-                f"the closest was {best['option']} at concurrency {int(best['concurrency'])} with "
-                f"{formatting.interval_text(best['speedup'], best['ci_low'], best['ci_high'])}.")
+        closest = (f"{best['option']} at concurrency {int(best['concurrency'])} with "
+                   f"{formatting.interval_text(best['speedup'], best['ci_low'], best['ci_high'])}")
+        if (rows["verdict"] == compare.SLOWER).any():
+            where = _levels(sorted(int(c) for c in rows.loc[rows["verdict"] == compare.SLOWER, "concurrency"].unique()))
+            return (f"Keep the baseline: no option was measurably faster at any concurrency tested ({levels}), "
+                    f"and options were slower at concurrency {where}; the closest was {closest}.")
+        return (f"No recommendation yet: no option was measurably faster or slower at any concurrency tested "
+                f"({levels}); every interval includes 1 (the closest: {closest}). A restart buys nothing "
+                "measurable here; more prompts (per_category, rounds) would narrow the intervals.")
     top = faster.loc[faster["speedup"].idxmax()]
     best = formatting.interval_text(top["speedup"], top["ci_low"], top["ci_high"])
     where = faster["concurrency"].astype(int).tolist()

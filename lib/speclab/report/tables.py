@@ -205,6 +205,13 @@ def _cost_model_caveats(run: RunData) -> list[str]:
     return notes
 
 
+def instance_spread(baseline: RunData, option: RunData, instance_sd: float) -> float:
+    """``instance_sd`` where the two arms ran on different server instances (always across a
+    restart; one process id recorded for both means one instance), else 0."""
+    a, b = baseline.server or {}, option.server or {}
+    return 0.0 if a.get("pid") is not None and a.get("pid") == b.get("pid") else instance_sd
+
+
 def baseline_self_divergence(baseline: RunData) -> dict[str, Any] | None:
     """How much the baseline's greedy outputs differ from its own rerun (01 writes it in bf16)."""
     path = baseline.path / SELF_DIVERGENCE_JSON
