@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, Engine, SpecOption, default_option
 from speclab.serve.target import ServerTarget
-from speclab.stats import INSTANCE_SD
+from speclab.stats import INSTANCE_SD, SPEC_MODE_OVERHEAD_MS
 from speclab.sweep import SweepConfig
 from speclab.urls import restore_credentials
 
@@ -77,11 +77,18 @@ class BaselineParams(_ServerParams, SweepConfig):
         ["ngram", "suffix"], min_length=1, description="options to predict from this baseline")
     predict_k: int = Field(NGRAM_K, ge=1, le=16, description="n-gram k for the predictions")
     predict_suffix_k: int = Field(SUFFIX_K, ge=1, le=32, description="suffix k for the predictions")
-    verify_cost: Literal["calibrate", "baseline_slope", "explicit"] = Field(
-        "calibrate", description="how the cost of verifying drafts is known (calibrate: a real n-gram run)")
+    verify_cost: Literal["probe", "calibrate", "baseline_slope", "explicit"] = Field(
+        "probe", description="how the cost of verifying drafts is known (probe: timed live on this server, "
+                             "no restart; calibrate: a real n-gram run on a second server, embedded only)")
     verify_overhead_s: float = Field(0.0, ge=0, description="explicit: extra seconds per speculative step")
     verify_per_token_s: float | None = Field(None, ge=0, description="explicit: seconds per extra verified token")
     verify_exponent: float = Field(1.0, gt=0, le=1.5, description="explicit: cost grows as tokens ** exponent")
+    verify_cost_sd: float = Field(0.25, ge=0, le=2, description="explicit: how unsure the figures are (relative sd)")
+    spec_mode_overhead_ms: list[float] = Field(
+        SPEC_MODE_OVERHEAD_MS, min_length=2, max_length=2,
+        description="ms per step speculative mode itself costs, [low, high] (no probe sees it; calibrate measures it)")
+    target_config: str | None = Field(
+        None, description="probe: the served model's config.json, for the LM head's share (None: found if local)")
     calibration_per_category: int = Field(2, ge=1, description="calibrate: prompts per category (not the plan's)")
     traffic: list[dict[str, float]] = Field(
         [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],
@@ -105,6 +112,9 @@ class BaselineParams(_ServerParams, SweepConfig):
                              "use 'baseline_slope' or 'explicit'")
         if self.verify_cost == "explicit" and self.verify_per_token_s is None:
             raise ValueError("verify_cost 'explicit' needs verify_per_token_s")
+        low, high = self.spec_mode_overhead_ms
+        if not 0 <= low <= high:
+            raise ValueError("spec_mode_overhead_ms must be [low, high] with 0 <= low <= high")
         return self
 
 

@@ -19,7 +19,7 @@ from speclab.profiling.capture import CaptureResult, capture_profile
 from speclab.prompts import Prompt
 from speclab.report.tables import COST_MODEL_JSON, PREDICTIONS_PARQUET, load_cost_model
 from speclab.runfolder import Plan, RunData, latest_run, load_run
-from speclab.runs import Run
+from speclab.runs import Run, write_json
 from speclab.serve.target import serve_target
 from speclab.sweep import SweepConfig
 
@@ -76,6 +76,13 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="baseline",
                                progress=progress)
+        if params.verify_cost == "probe":
+            try:
+                measure_probe(live, params, run, progress=progress)
+            except SpeclabError as exc:  # the baseline above is measured and kept whatever happens here
+                print(f"speclab: the verify-cost probe failed ({exc.message}); the prediction falls back to "
+                      "the baseline's slope and says so.")
+                write_json(run.path / "probe.json", {"failed": exc.message})
         if params.verify_cost == "calibrate":
             # The calibration's baseline arm on this same server: one start fewer (25-35 s
             # on 2 cores), and the verify cost is read against the instance measured here.
@@ -99,6 +106,85 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
         return SweepOutcome(result, live.identity)
 
 
+def _target_config(params: BaselineParams, live: Any) -> tuple[dict[str, Any] | None, str]:
+    """The served model's config.json for the LM head's share, and where it came from: the
+    ``target_config`` given, else the model folder the server reports when it is on this machine."""
+    import json
+
+    candidates = [params.target_config] if params.target_config else [
+        str(Path(m.root) / "config.json") for m in live.identity.models if getattr(m, "root", None)]
+    for candidate in candidates:
+        path = Path(candidate)
+        if path.exists():
+            try:
+                return json.loads(path.read_text()), path.name if params.target_config else "the served model's folder"
+            except (OSError, ValueError):
+                raise SpeclabError(f"{path} is not a readable config.json; fix target_config.") from None
+    if params.target_config:
+        raise SpeclabError(f"target_config {params.target_config} does not exist; give the served model's config.json.")
+    return None, "none (give target_config)"
+
+
+def probe_lengths(params: BaselineParams) -> int:
+    """Tokens per sequence the probe goes up to: k + 1 of the largest k predicted."""
+    ks = [params.predict_k if m == "ngram" else params.predict_suffix_k for m in params.predict_methods]
+    return max(ks) + 1
+
+
+def measure_probe(live: Any, params: BaselineParams, run: Run, *, progress: bool = False) -> dict[str, Any]:
+    """The live verify-cost probe on the baseline's own server (:mod:`speclab.measure.probe`):
+    every concurrency of the plan, n = 1 .. k + 1 tokens over cached prefixes of the baseline's
+    own sequences; points appended to probe.jsonl as measured, a summary in probe.json."""
+    import httpx
+
+    from speclab.auth import auth_headers, basic_auth_headers
+    from speclab.measure.metrics import scrape_metrics
+    from speclab.measure.probe import (
+        PROBE_JSONL,
+        PROBE_REPEATS,
+        append_point,
+        cache_layout,
+        probe_sequences,
+        refuse_without_prefix_cache,
+        run_probe,
+    )
+    from speclab.runfolder import read_records
+
+    endpoint = live.endpoint
+    headers = auth_headers(params.api_key_env) or basic_auth_headers(endpoint)
+    with httpx.Client(timeout=httpx.Timeout(30.0), headers=headers) as client:
+        layout = cache_layout(client, endpoint.without_credentials(), live.identity.engine,
+                              scrape_metrics(client, endpoint.without_credentials()))
+    refuse_without_prefix_cache(layout)
+    n_max = probe_lengths(params)
+    sequences = probe_sequences(read_records(run.path), layout.block_size, n_max)
+    batches = sorted(set(params.concurrency))
+    max_len = next((m.max_model_len for m in live.identity.models if getattr(m, "max_model_len", None)), 2048)
+    config, config_from = _target_config(params, live)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(batches) * n_max * PROBE_REPEATS, desc="verify-cost probe", unit="point")
+    try:
+        probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
+                          max_model_len=int(max_len), api_key_env=params.api_key_env,
+                          on_point=lambda point: append_point(run.path / PROBE_JSONL, point),
+                          progress=(lambda done: bar.update(done - bar.n)) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+    summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
+               "batches": batches, "tokens_max": n_max, "repeats": PROBE_REPEATS,
+               "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
+               "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config}
+    write_json(run.path / "probe.json", summary)
+    run.update(probe={k: v for k, v in summary.items() if k != "target_config_json"})
+    if not probe.usable():
+        raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
+    return summary
+
+
 def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: Plan, *,
                             progress: bool = False) -> dict[str, Any]:
     """How often the baseline's greedy outputs differ from themselves: the first
@@ -108,7 +194,6 @@ def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: P
     from speclab.predict.compare import losslessness, self_divergence
     from speclab.report.tables import SELF_DIVERGENCE_JSON
     from speclab.runfolder import PlannedRequest
-    from speclab.runs import write_json
 
     top = max(plan.levels(), key=lambda level: (level[1], level[0]))
     chosen = plan.for_level(top[0])[:params.self_check_requests]
@@ -209,8 +294,10 @@ def acceptance_table(run: RunData) -> pd.DataFrame:
 def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = False) -> CalibratedStepTime:
     """The step-time model behind every prediction, as ``params.verify_cost`` says.
 
-    ``calibrate`` (embedded): a real n-gram run on prompts this baseline did not use
-    (plus its own baseline on the same plan) gives the cost of verifying drafts;
+    ``probe`` (the default, any server): the cost of verifying n tokens timed live on the
+    baseline's own server by prefix-cached extensions (:func:`measure_probe`, run by
+    :func:`run_baseline`), plus the LM head's share; ``calibrate`` (embedded): a real n-gram
+    run on prompts this baseline did not use (plus its own baseline on the same plan);
     ``baseline_slope``: the baseline's own marginal cost of a token in a step stands in
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
     cost_model.json so 02-ngram and 05-report predict with the same model.
@@ -242,7 +329,19 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
         record["verify"] = VerifyCost(overhead_s=params.verify_overhead_s,
                                       per_token_s=params.verify_per_token_s or 0.0,
                                       exponent=params.verify_exponent, source="params").model_dump()
-    from speclab.runs import write_json
+        record["verify_cost_sd"] = params.verify_cost_sd
+    elif params.verify_cost == "probe":
+        from speclab.runs import read_json
+
+        probe = read_json(run.path / "probe.json") if (run.path / "probe.json").exists() else {
+            "failed": "it did not run"}
+        if probe.get("failed"):
+            record["probe_failed"] = probe["failed"]
+        else:
+            record["target_config_json"] = probe.get("target_config_json")
+            record["probe"] = {k: v for k, v in probe.items() if k != "target_config_json"}
+    if params.verify_cost != "calibrate":  # calibrate measures it; every other source states a range
+        record["spec_mode_overhead_ms"] = list(params.spec_mode_overhead_ms)
 
     write_json(run.path / COST_MODEL_JSON, record)
     model = load_cost_model(run.path)

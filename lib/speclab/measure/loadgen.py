@@ -274,7 +274,7 @@ async def _level_in_process(
     return result
 
 
-def _run_coroutine(coro_factory: Callable[[], Any]) -> Any:
+def run_coroutine(coro_factory: Callable[[], Any]) -> Any:
     """Run a coroutine on a fresh uvloop (or asyncio) loop; works inside Jupyter too."""
 
     def runner() -> Any:
@@ -335,7 +335,7 @@ def _worker_main(args: tuple[Any, ...]) -> None:
             send_back, stop, seed, deadline_s)
 
     try:
-        queue.put(("lag", _run_coroutine(go)))
+        queue.put(("lag", run_coroutine(go)))
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -485,7 +485,7 @@ def _warm_up(endpoint: Endpoint, model: str, config: SweepConfig, n: int, arm: s
         return await _level_in_process(endpoint, model, config, specs, n, None, time.perf_counter(),
                                        lambda r: None, threading.Event(), 0)
 
-    _run_coroutine(go)
+    run_coroutine(go)
 
 
 def measure_sweep(
@@ -540,7 +540,7 @@ def measure_sweep(
                     harness = _level_in_workers(ep, model, config, specs, concurrency, rate, t0,
                                                 appender, stop, seed=level, deadline_s=timed)
                 else:
-                    harness = _run_coroutine(functools.partial(
+                    harness = run_coroutine(functools.partial(
                         _level_in_process, ep, model, config, specs, concurrency, rate, t0,
                         appender, stop, level, timed))
             except KeyboardInterrupt:

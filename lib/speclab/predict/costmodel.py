@@ -144,7 +144,7 @@ class VerifyCost(BaseModel):
     overhead_s: float = Field(0.0, ge=0, description="per step with speculation on (proposer, sampler, scheduling)")
     per_token_s: float = Field(..., ge=0, description="cost of the first extra verified token in a step")
     exponent: float = Field(1.0, gt=0, le=1.5, description="< 1: each further token in a step costs less")
-    knee_tokens: float = Field(1.0, ge=1.0, le=64.0,
+    knee_tokens: float = Field(1.0, ge=1.0, le=4096.0,
                                description="tokens in a step below which an extra token is free (memory-bound)")
     source: str = Field("given", description="where the figures come from (run folders, fit)")
 
@@ -332,6 +332,13 @@ class CalibratedStepTime:
     # when set, ``verify`` is its speculative part and the level simulation prices each step.
     steps: StepCost | None = None
     step_data: pd.DataFrame | None = None
+    # Sources other than a fitted calibration run: resamples of the verify cost for the
+    # interval (the probe's repeats, the baseline's levels, or the stated spread of given
+    # figures), and the range of what running in speculative mode costs per step, which no
+    # probe sees (None: measured, inside ``verify.overhead_s``, as calibrate does).
+    verify_draws: list[VerifyCost] | None = None
+    spec_mode_overhead_s: tuple[float, float] | None = None
+    origin: str = ""  # probe | calibrate | baseline_slope | explicit: how the verify cost is known
 
     def __post_init__(self) -> None:
         frame = self.baseline.groupby("batch", as_index=False)["step_s"].mean().sort_values("batch")
@@ -382,6 +389,8 @@ class CalibratedStepTime:
             "extra_ms_at_1_4_16_tokens": [round(self.verify.extra_s(x) * 1e3, 3) for x in (1, 4, 16)],
             "baseline_per_token_ms": slope * 1e3 if slope is not None else None,
             "source": self.verify.source,
+            "spec_mode_overhead_ms": (None if self.spec_mode_overhead_s is None
+                                      else [round(v * 1e3, 3) for v in self.spec_mode_overhead_s]),
             "notes": list(self.notes),
             "step_model": None if self.steps is None else {
                 "step_ms_by_decoding_sequences": {f"{k:g}": round(v * 1e3, 3)
@@ -421,6 +430,7 @@ def fit_step_time(
     fit_overhead: bool = True,
     exponent: float | None = None,
     knee_tokens: float | None = 1.0,
+    knees: Sequence[float] | None = None,
 ) -> CalibratedStepTime:
     """Calibrate :class:`CalibratedStepTime` from measurements.
 
@@ -475,7 +485,7 @@ def fit_step_time(
     if knee_tokens is not None:
         knees = [float(knee_tokens)]
     else:
-        knees = list(KNEE_GRID) if len(points) >= 6 else [1.0]
+        knees = list(knees or KNEE_GRID) if len(points) >= 6 else [1.0]
     best: tuple[float, float, float, float, float] | None = None
     for knee in knees:
         priced = np.maximum(b + x, knee) - np.maximum(b, knee)

@@ -332,7 +332,9 @@ def with_baseline_steps(cost_model: CalibratedStepTime, baseline_run_dir: str | 
     if cost is None:
         return cost_model
     return CalibratedStepTime(cost_model.baseline, cost.speculative, points=cost_model.points,
-                              notes=list(cost_model.notes), steps=cost, step_data=joined)
+                              notes=list(cost_model.notes), steps=cost, step_data=joined,
+                              verify_draws=cost_model.verify_draws, spec_mode_overhead_s=cost_model.spec_mode_overhead_s,
+                              origin=cost_model.origin)
 
 
 def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, note: str | None = None,
@@ -351,6 +353,30 @@ def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, not
     if note:
         model.notes.append(note)
     return model
+
+
+def slope_verify_cost(baseline_run_dir: str | Path, draws: int = 200,
+                      seed: int = 0) -> tuple[VerifyCost, list[VerifyCost], str]:
+    """``baseline_slope``: the baseline's own cost of one more sequence in a step standing in for
+    a verified token (assumed), with draws refitted on resampled levels for the interval."""
+    base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
+    slope = fit_step_time(base, None, source="baseline slope")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(draws):
+        sample = base.iloc[rng.integers(0, len(base), len(base))]
+        if sample["batch"].nunique() < 2:
+            out.append(slope.verify)
+            continue
+        out.append(fit_step_time(sample, None, source="baseline slope draw").verify)
+    return slope.verify, out, slope.notes[0]
+
+
+def stated_draws(verify: VerifyCost, relative_sd: float, draws: int = 200, seed: int = 0) -> list[VerifyCost]:
+    """``explicit`` figures with their stated uncertainty: log-normal multiples of the per-token cost."""
+    rng = np.random.default_rng(seed)
+    return [verify.model_copy(update={"per_token_s": verify.per_token_s * f})
+            for f in rng.lognormal(0.0, relative_sd, draws)]
 
 
 # --------------------------------------------------------------------------- predictions
@@ -479,6 +505,7 @@ def predict_from_baseline(
     base = _pool(timing, ["concurrency"]).set_index("concurrency")
     by_cat, by_all = _replay_frames(replay)
     rng = np.random.default_rng(seed)
+    dtype = _served_dtype(baseline_run_dir)
     cost_model = with_baseline_steps(cost_model, baseline_run_dir)
     verify_draws = _verify_cost_draws(cost_model, resamples, rng)
     base_requests = _requests(baseline_run_dir)
@@ -508,6 +535,9 @@ def predict_from_baseline(
                 speedup, spec_step = sim["speedup"], spec_step / factor
                 spec_batch = batch * sim["spec_batch"] / sim["baseline_batch"]
                 interval = _scaled_interval(interval, factor)
+            ranged = _overhead_range(speedup, spec_step, interval, cost_model.spec_mode_overhead_s)
+            speedup, interval = ranged["speedup"], ranged["interval"]
+            spec_step += ranged["overhead_s"]
             spec_for_break_even = base_step + cost_model.extra_s(batch, 1.0 + draft_fraction * k)
             break_even = (1.0 + (spec_for_break_even / base_step - 1.0) / draft_fraction
                           if draft_fraction > 0 else math.nan)
@@ -522,6 +552,10 @@ def predict_from_baseline(
                 "baseline_tok_s": batch / base_step, "predicted_tok_s": batch * tokens / spec_step,
                 "predicted_speedup": speedup,
                 **interval,
+                "break_even_overhead_ms": ranged["break_even_overhead_ms"],
+                "spec_mode_overhead_ms": ranged["range_text"],
+                "verify_cost_source": cost_model.origin or cost_model.verify.source,
+                "dtype": dtype,
                 "predicted_interval_width_pct": (
                     (interval["predicted_speedup_high"] - interval["predicted_speedup_low"]) / speedup * 100
                     if interval["predicted_speedup_low"] is not None and speedup else None),
@@ -554,6 +588,9 @@ def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Ge
     steps, in blocks of :data:`STEP_BLOCK` consecutive steps of a level, where the model was
     fitted on the stream; else of its level points (the exponent kept); the fitted cost
     alone when there are fewer than three points."""
+    if cost_model.verify_draws:  # made with the model (probe repeats, baseline levels, stated spread)
+        picked = rng.integers(0, len(cost_model.verify_draws), n)
+        return [cost_model.verify_draws[i] for i in picked]
     steps = cost_model.step_data
     if cost_model.steps is not None and steps is not None and not steps.empty:
         blocks = steps.groupby([steps["run"], steps["level"], steps["step"] // STEP_BLOCK], sort=False).indices
@@ -631,6 +668,49 @@ def _speedup_interval(
     low, high = (float(q) for q in np.quantile(draws, [tail, 1.0 - tail]))
     verdict = PREDICTED_WIN if low > 1.0 else PREDICTED_LOSS if high < 1.0 else PREDICTED_UNCLEAR
     return {"predicted_speedup_low": low, "predicted_speedup_high": high, "predicted_verdict": verdict}
+
+
+def _served_dtype(run_dir: str | Path) -> str | None:
+    from speclab.runs import read_json
+
+    manifest = read_json(Path(run_dir) / "manifest.json")
+    return (manifest.get("server") or {}).get("dtype") or (manifest.get("params") or {}).get("dtype")
+
+
+def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
+                    overhead_s: tuple[float, float] | None) -> dict[str, Any]:
+    """The prediction with the engine's own cost of speculative mode, which no probe sees, as a
+    range of seconds per speculative step: the point at its middle, the interval from the
+    dearest end's low to the cheapest end's high, "predicted to win" only where even the
+    dearest end wins (and "to lose" only where even the cheapest loses), else "unclear",
+    naming the overhead that decides it. ``speedup``, ``spec_step``: with no such overhead.
+    ``overhead_s`` None: measured already (calibrate), so only the break-even is added."""
+    break_even = max(spec_step * (speedup - 1.0), 0.0)
+    if overhead_s is None:
+        return {"speedup": speedup, "interval": interval, "overhead_s": 0.0,
+                "break_even_overhead_ms": break_even * 1e3, "range_text": "measured (calibrate)"}
+    low_o, high_o = overhead_s
+    mid = (low_o + high_o) / 2.0
+    at = lambda o: spec_step / (spec_step + o)  # noqa: E731 - the speedup's factor at overhead o
+    ranged = {"predicted_speedup_low": None, "predicted_speedup_high": None}
+    lo, hi = interval.get("predicted_speedup_low"), interval.get("predicted_speedup_high")
+    if lo is not None and hi is not None:
+        ranged = {"predicted_speedup_low": lo * at(high_o), "predicted_speedup_high": hi * at(low_o)}
+    text = f"{low_o * 1e3:g}-{high_o * 1e3:g} ms"
+    if ranged["predicted_speedup_low"] is None:
+        verdict = PREDICTED_UNCLEAR
+    elif ranged["predicted_speedup_low"] > 1.0:
+        verdict = PREDICTED_WIN
+    elif ranged["predicted_speedup_high"] < 1.0:
+        verdict = PREDICTED_LOSS
+    elif lo > 1.0 and hi * at(high_o) > 1.0 > lo * at(high_o):
+        verdict = (f"{PREDICTED_UNCLEAR}: wins unless speculative mode costs more than {break_even * 1e3:.1f} ms "
+                   f"a step (range {text})")
+    else:
+        verdict = f"{PREDICTED_UNCLEAR}: the interval includes 1 across the speculative-mode range ({text})"
+    return {"speedup": speedup * at(mid), "overhead_s": mid,
+            "interval": {**ranged, "predicted_verdict": verdict},
+            "break_even_overhead_ms": break_even * 1e3, "range_text": text}
 
 
 def _scaled_interval(interval: dict[str, Any], factor: float) -> dict[str, Any]:

@@ -277,22 +277,52 @@ def group_caveats(found: list[Caveat], *, with_runs: bool = True) -> list[str]:
 
 
 def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
-    """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
-    from speclab.predict.costmodel import VerifyCost, fit_step_time
-    from speclab.predict.predictions import baseline_step_model, calibrate_from_runs, level_timings
+    """Rebuild the baseline run's step-time model from cost_model.json (None if absent).
+
+    Every source names itself (``origin``); all but calibrate carry draws of the verify cost
+    for the interval and the speculative-mode range, which calibrate measures instead."""
+    from speclab.predict.costmodel import VerifyCost
+    from speclab.predict.predictions import (
+        baseline_step_model,
+        calibrate_from_runs,
+        slope_verify_cost,
+        stated_draws,
+    )
     from speclab.runs import read_json
 
     path = Path(baseline_dir) / COST_MODEL_JSON
     if not path.exists():
         return None
     record = read_json(path)
-    if record["source"] == "calibrate":
-        return calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
-    if record["source"] == "explicit":
-        return baseline_step_model(baseline_dir, VerifyCost(**record["verify"]), source="params")
-    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
-    slope = fit_step_time(base, None, source="baseline slope")
-    return baseline_step_model(baseline_dir, slope.verify, note=slope.notes[0], source="baseline slope")
+    source = record["source"]
+    if source == "calibrate":
+        model = calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
+        model.origin = "calibrate"
+        return model
+    if source == "probe" and not record.get("probe_failed"):
+        from speclab.measure.probe import PROBE_JSONL, read_points
+        from speclab.predict.probefit import fit_probe
+
+        fit = fit_probe(read_points(Path(baseline_dir) / PROBE_JSONL), record.get("target_config_json"))
+        model = baseline_step_model(baseline_dir, fit.verify, source="probe")
+        model.verify_draws = fit.draws
+        model.notes += fit.notes
+    elif source == "explicit":
+        verify = VerifyCost(**record["verify"])
+        model = baseline_step_model(baseline_dir, verify, source="params")
+        model.verify_draws = stated_draws(verify, float(record.get("verify_cost_sd", 0.25)))
+    else:  # baseline_slope, or a probe that failed (said in the notes)
+        verify, draws, note = slope_verify_cost(baseline_dir)
+        model = baseline_step_model(baseline_dir, verify, note=note, source="baseline slope")
+        model.verify_draws = draws
+        if source == "probe":
+            model.notes.append(f"the probe failed ({record['probe_failed']}): the verify cost falls back to the "
+                               "baseline's slope (assumed)")
+    model.origin = source if not record.get("probe_failed") else "baseline_slope (probe failed)"
+    overhead = record.get("spec_mode_overhead_ms")
+    if overhead:
+        model.spec_mode_overhead_s = (float(overhead[0]) / 1e3, float(overhead[1]) / 1e3)
+    return model
 
 
 def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
@@ -302,8 +332,12 @@ def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
     extra = d["extra_ms_at_1_4_16_tokens"]
     steps = ", ".join(f"{b:.1f} seq: {ms:.1f} ms"
                       for b, ms in zip(d["baseline_batches"], d["baseline_step_ms"], strict=True))
+    overhead = d.get("spec_mode_overhead_ms")
     rows = [
-        ("verify cost from", d["source"]),
+        ("verify cost from", f"{model.origin}: {d['source']}" if model.origin else d["source"]),
+        ("speculative mode's own cost per step (no probe sees it)",
+         f"{overhead[0]:g}-{overhead[1]:g} ms (a stated range; the prediction holds across it or says unclear)"
+         if overhead else "measured by the calibration run (in the fixed cost below)"),
         ("fixed cost per speculative step", f"{d['overhead_ms']:.2f} ms"),
         ("first extra verified token in a step", f"{d['per_verified_token_ms']:.2f} ms"),
         ("exponent (tokens in a step)", f"{d['exponent']:.2f}"),
@@ -333,8 +367,9 @@ def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
         return predicted
     cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
             "predicted_tok_s", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
-            "predicted_verdict", "break_even_acceptance_length", "loses"]
-    return predicted[predicted["category"] == "all"][cols].reset_index(drop=True)
+            "predicted_interval_width_pct", "predicted_verdict", "break_even_overhead_ms",
+            "break_even_acceptance_length", "verify_cost_source", "dtype", "loses"]
+    return predicted[predicted["category"] == "all"][[c for c in cols if c in predicted]].reset_index(drop=True)
 
 
 def read_predictions(baseline: RunData) -> pd.DataFrame | None:
