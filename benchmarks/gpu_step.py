@@ -707,6 +707,8 @@ def run_shape(s: Shape, args: argparse.Namespace, device: torch.device, info: di
         result["seconds"] = round(time.monotonic() - t0, 1)
         with open(out_path, "w") as f:
             json.dump(result, f, indent=1)
+    with open(out_path, "w") as f:  # once more: records a budget that stopped the grid early
+        json.dump(result, f, indent=1)
     del weights, kv
     if graphs:
         torch.cuda.empty_cache()

@@ -98,7 +98,9 @@ def cmd_explain_seeds(args: argparse.Namespace) -> int:
                     print(part[cols].round(3).to_string(index=False))
             print("\nWhere each part's scaling comes from:")
             for row in result.parts.drop_duplicates(["moe_curve", "part"]).itertuples():
-                print(f"  {row.part:<19} {row.label:<9} {row.source}")
+                if row.part in {"moe", "unexplained"} or row.moe_curve == result.parts["moe_curve"].iloc[0]:
+                    part = f"{row.part} ({row.moe_curve})" if row.part in {"moe", "unexplained"} else row.part
+                    print(f"  {part:<30} {row.label:<9} {row.source}")
             print("\nBaseline from the parts:")
             print(result.baseline_check.round(2).to_string(index=False))
             if not result.overhead_needed.empty:

@@ -282,16 +282,21 @@ def explain_seeds(scenario: SeedScenario | None = None, acceptance: Mapping[str,
                     t1 = float(last["decode_step_ms"])
                     need = {f"overhead_for_{int(round(-x * 100))}pct_loss_ms": e * t1 / (1 + x) - spec_parts
                             for x in (hi, lo)}
+                    tv = float(last["verify_step_ms"])
+                    need.update({f"tokens_per_step_for_{int(round(-x * 100))}pct_loss": (1 + x) * tv / t1
+                                 for x in (hi, lo)})
                     overhead.append({"routing": routing.label, "moe_curve": name, "concurrency": c,
                                      "predicted_speedup": speedup, **need,
                                      "borrowed_low_ms": scenario.spec_mode_overhead_ms[0],
                                      "borrowed_high_ms": scenario.spec_mode_overhead_ms[1]})
-    first = SeedStepModel(scenario, forms, next(iter(curves.values())),
-                          parse_routing(routings[0], scenario.routed_experts, scenario.experts_per_token),
-                          samples=samples)
-    check = pd.DataFrame([{"concurrency": c, "measured_step_ms": 1e3 * c / tok_s,
-                           "parts_step_ms": first.explained_step_ms(c), "model_step_ms": first.baseline_step_s(c) * 1e3}
-                          for c, tok_s in sorted(scenario.baseline_tok_s.items())])
+    checks = []
+    for name, moe in curves.items():
+        model = SeedStepModel(scenario, forms, moe, parse_routing(routings[0], scenario.routed_experts,
+                                                                  scenario.experts_per_token), samples=samples)
+        checks += [{"moe_curve": name, "concurrency": c, "measured_step_ms": 1e3 * c / tok_s,
+                    "parts_step_ms": model.explained_step_ms(c), "model_step_ms": model.baseline_step_s(c) * 1e3}
+                   for c, tok_s in sorted(scenario.baseline_tok_s.items())]
+    check = pd.DataFrame(checks)
     check["parts_explain_pct"] = check["parts_step_ms"] / check["measured_step_ms"] * 100
     out = SeedsExplanation(parts=pd.concat(parts, ignore_index=True), summary=pd.DataFrame(summary),
                            baseline_check=check, overhead_needed=pd.DataFrame(overhead), acceptance=acc)
@@ -319,18 +324,23 @@ def seeds_statements(result: SeedsExplanation, scenario: SeedScenario) -> list[s
             text += "; a win at " + ", ".join(f"{int(r.concurrency)} ({r.speedup:.2f}x)" for r in wins.itertuples())
         out.append(text + ".")
     check = result.baseline_check
-    reproduced = ", ".join(f"concurrency {int(r.concurrency)}: {r.parts_step_ms:.1f} of {r.measured_step_ms:.1f} ms"
-                           for r in check.itertuples())
+    reproduced = "; ".join(f"{r.moe_curve} line at concurrency {int(r.concurrency)}: {r.parts_step_ms:.1f} of "
+                           f"{r.measured_step_ms:.1f} ms" for r in check.itertuples() if r.concurrency != 
+                           scenario.profile_concurrency)
     rest = ("left out (unexplained_scaling off)" if scenario.unexplained_scaling == "off" else
             f"the 'unexplained' part, grown with {scenario.unexplained_scaling} (assumed)")
-    out.append(f"The parts reproduce the seeds' baseline step at {reproduced}; the rest is {rest}.")
+    out.append(f"The parts reproduce the seeds' baseline step at the profile's concurrency by construction, and "
+               f"{reproduced}; the rest is {rest}.")
     if not result.overhead_needed.empty:
         first = result.overhead_needed.iloc[0]
         cols = [c for c in result.overhead_needed if c.startswith("overhead_for_")]
-        out.append(f"Where the model predicts a win the seeds contradict (concurrency {int(first['concurrency'])}: "
-                   f"{first['predicted_speedup']:.2f}x), the measured 9-26 % loss would need "
-                   f"{first[cols[0]]:.1f}-{first[cols[1]]:.1f} ms of speculative-mode overhead per step; the "
-                   f"borrowed range is {scenario.spec_mode_overhead_ms[0]:g}-{scenario.spec_mode_overhead_ms[1]:g} ms.")
+        acc_cols = [c for c in result.overhead_needed if c.startswith("tokens_per_step_for_")]
+        out.append(f"Where the model predicts a win the seeds contradict (concurrency {int(first['concurrency'])}, "
+                   f"{first['routing']}, {first['moe_curve']}: {first['predicted_speedup']:.2f}x), the measured 9-26 % "
+                   f"loss would need {first[cols[0]]:.1f}-{first[cols[1]]:.1f} ms of speculative-mode overhead per "
+                   f"step (the borrowed range is {scenario.spec_mode_overhead_ms[0]:g}-"
+                   f"{scenario.spec_mode_overhead_ms[1]:g} ms), or acceptance of {first[acc_cols[1]]:.2f}-"
+                   f"{first[acc_cols[0]]:.2f} tokens per step instead of {acc['tokens_per_step']:.2f}.")
     return out
 
 
