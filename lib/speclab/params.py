@@ -233,6 +233,8 @@ class MoESpecParams(_NotebookParams):
                                 description="routing models: uniform, zipfS, rhoR, or zipfS+rhoR")
     simulation_samples: int = Field(400, ge=20, description="simulated layers per routing point")
     gpu_bench: str | None = Field(None, description="layer benchmark JSON from a GPU (None: shipped H200)")
+    gpu_step: str | None = Field(None, description="whole-stack step curves (benchmarks/gpu_step.py JSON files, "
+                                                   "comma-separated, or a folder; None: shipped H200)")
     cpu_bench: bool = Field(True, description="also time the layer on this CPU (server venv torch)")
     cpu_scale: int = Field(8, ge=1, description="CPU: hidden and expert FFN divided by this")
     cpu_tokens: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=2, description="CPU: tokens per step")
