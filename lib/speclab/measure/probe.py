@@ -115,16 +115,25 @@ def refuse_without_prefix_cache(layout: CacheLayout) -> None:
 # --------------------------------------------------------------------------- sequences
 
 
-@dataclass(frozen=True)
+@dataclass
 class ProbeSequence:
-    """One sequence to probe: its tokens and the cached prefix length (whole blocks)."""
+    """One sequence to probe: its tokens and how many of them the server holds cached (whole
+    blocks). After a probe of n tokens the server caches the blocks they fill, so the next
+    probe of this sequence starts there (with SGLang's page size of 1, every probe moves on);
+    a sequence that runs out continues with the baseline's next sequence, as a conversation would."""
 
     request_id: str
-    tokens: tuple[int, ...]
+    tokens: list[int]
     prefix: int
 
     def prompt(self, n: int) -> list[int]:
-        return list(self.tokens[:self.prefix + n])
+        return self.tokens[:self.prefix + n]
+
+    def advance(self, n: int, block: int, more: Sequence[int]) -> None:
+        """After a probe of ``n`` tokens: the blocks it filled are cached; keep tokens ahead."""
+        self.prefix = (self.prefix + n) // block * block
+        while len(self.tokens) < self.prefix + 2 * n + 1:
+            self.tokens.extend(more)
 
 
 def probe_sequences(records: Sequence[dict[str, Any]], block: int, n_max: int) -> list[ProbeSequence]:
@@ -148,7 +157,7 @@ def probe_sequences(records: Sequence[dict[str, Any]], block: int, n_max: int) -
             j += 1
         seq = history + tokens
         prefix = (len(seq) - n_max) // block * block
-        out.append(ProbeSequence(rid, tuple(seq), prefix))
+        out.append(ProbeSequence(rid, seq, prefix))
     return sorted(out, key=lambda s: -s.prefix)
 
 
@@ -301,14 +310,18 @@ def run_probe(
                 async with _Pacer(client, completions, model, pacer_tokens, pacer_max) as pacer:
                     for repeat in range(repeats):
                         for n in range(1, n_max + 1):
+                            prompts = [s.prompt(n) for s in chosen]
+                            context = statistics.fmean(s.prefix for s in chosen)
                             before = scrape_metrics(control, endpoint)
                             start = time.perf_counter()
-                            client_s = await _complete(client, completions, model, [s.prompt(n) for s in chosen])
+                            client_s = await _complete(client, completions, model, prompts)
                             end = time.perf_counter()
                             await asyncio.sleep(0.05)  # the engine publishes its counters after the step
                             after = scrape_metrics(control, endpoint)
-                            point = _point(before, after, batch, n, repeat, client_s, chosen,
+                            point = _point(before, after, batch, n, repeat, client_s, context,
                                            pacer.long_gaps(start, end))
+                            for i, seq in enumerate({id(s): s for s in chosen}.values()):
+                                seq.advance(n, layout.block_size, sequences[(i + 1) % len(sequences)].tokens)
                             run.points.append(point)
                             if on_point is not None:
                                 on_point(point)
@@ -324,7 +337,7 @@ def run_probe(
 
 
 def _point(before: MetricsSnapshot, after: MetricsSnapshot, batch: int, n: int, repeat: int, client_s: float,
-           chosen: Sequence[ProbeSequence], steps_seen: int) -> ProbePoint:
+           context: float, steps_seen: int) -> ProbePoint:
     queries = counter_delta(before, after, "prefix_cache_queries")
     hits = counter_delta(before, after, "prefix_cache_hits")
     computed = queries - hits if queries is not None and hits is not None else None
@@ -333,7 +346,7 @@ def _point(before: MetricsSnapshot, after: MetricsSnapshot, batch: int, n: int, 
         batch=batch, tokens=n, repeat=repeat,
         step_s=prefill if prefill is not None else client_s,
         timing="prefill_time histogram" if prefill is not None else "client latency",
-        client_s=client_s, context_tokens_mean=statistics.fmean(s.prefix for s in chosen),
+        client_s=client_s, context_tokens_mean=context,
         computed_tokens=computed, expected_tokens=batch * n, ok=True, steps_seen=steps_seen)
     return check_point(point, counter_delta(before, after, "requests"))
 

@@ -703,11 +703,11 @@ def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
         verdict = PREDICTED_WIN
     elif ranged["predicted_speedup_high"] < 1.0:
         verdict = PREDICTED_LOSS
-    elif lo > 1.0 and hi * at(high_o) > 1.0 > lo * at(high_o):
+    elif low_o <= break_even <= high_o:
         verdict = (f"{PREDICTED_UNCLEAR}: wins unless speculative mode costs more than {break_even * 1e3:.1f} ms "
                    f"a step (range {text})")
     else:
-        verdict = f"{PREDICTED_UNCLEAR}: the interval includes 1 across the speculative-mode range ({text})"
+        verdict = f"{PREDICTED_UNCLEAR}: the interval includes 1 (speculative mode {text} a step)"
     return {"speedup": speedup * at(mid), "overhead_s": mid,
             "interval": {**ranged, "predicted_verdict": verdict},
             "break_even_overhead_ms": break_even * 1e3, "range_text": text}
