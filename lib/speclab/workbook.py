@@ -106,22 +106,22 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
         return SweepOutcome(result, live.identity)
 
 
-def _target_config(params: BaselineParams, live: Any) -> tuple[dict[str, Any] | None, str]:
+def _target_config(given: str | None, live: Any) -> tuple[dict[str, Any] | None, str]:
     """The served model's config.json for the LM head's share, and where it came from: the
     ``target_config`` given, else the model folder the server reports when it is on this machine."""
     import json
 
-    candidates = [params.target_config] if params.target_config else [
+    candidates = [given] if given else [
         str(Path(m.root) / "config.json") for m in live.identity.models if getattr(m, "root", None)]
     for candidate in candidates:
         path = Path(candidate)
         if path.exists():
             try:
-                return json.loads(path.read_text()), path.name if params.target_config else "the served model's folder"
+                return json.loads(path.read_text()), path.name if given else "the served model's folder"
             except (OSError, ValueError):
                 raise SpeclabError(f"{path} is not a readable config.json; fix target_config.") from None
-    if params.target_config:
-        raise SpeclabError(f"target_config {params.target_config} does not exist; give the served model's config.json.")
+    if given:
+        raise SpeclabError(f"target_config {given} does not exist; give the served model's config.json.")
     return None, "none (give target_config)"
 
 
@@ -132,9 +132,18 @@ def probe_lengths(params: BaselineParams) -> int:
 
 
 def measure_probe(live: Any, params: BaselineParams, run: Run, *, progress: bool = False) -> dict[str, Any]:
-    """The live verify-cost probe on the baseline's own server (:mod:`speclab.measure.probe`):
-    every concurrency of the plan, n = 1 .. k + 1 tokens over cached prefixes of the baseline's
-    own sequences; points appended to probe.jsonl as measured, a summary in probe.json."""
+    """01-baseline's live verify-cost probe (:func:`probe_live`) at every concurrency of its plan."""
+    summary = probe_live(live, run.path, batches=sorted(set(params.concurrency)), n_max=probe_lengths(params),
+                         api_key_env=params.api_key_env, target_config=params.target_config, progress=progress)
+    run.update(probe={k: v for k, v in summary.items() if k != "target_config_json"})
+    return summary
+
+
+def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, api_key_env: str | None = None,
+               target_config: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """The live verify-cost probe (:mod:`speclab.measure.probe`) on a baseline's own server, over
+    cached prefixes of the sequences that baseline run (``run_dir``) recorded: points appended to
+    probe.jsonl as measured, a summary in probe.json. Raises one sentence when no point is usable."""
     import httpx
 
     from speclab.auth import auth_headers, basic_auth_headers
@@ -151,16 +160,14 @@ def measure_probe(live: Any, params: BaselineParams, run: Run, *, progress: bool
     from speclab.runfolder import read_records
 
     endpoint = live.endpoint
-    headers = auth_headers(params.api_key_env) or basic_auth_headers(endpoint)
+    headers = auth_headers(api_key_env) or basic_auth_headers(endpoint)
     with httpx.Client(timeout=httpx.Timeout(30.0), headers=headers) as client:
         layout = cache_layout(client, endpoint.without_credentials(), live.identity.engine,
                               scrape_metrics(client, endpoint.without_credentials()))
     refuse_without_prefix_cache(layout)
-    n_max = probe_lengths(params)
-    sequences = probe_sequences(read_records(run.path), layout.block_size, n_max)
-    batches = sorted(set(params.concurrency))
+    sequences = probe_sequences(read_records(run_dir), layout.block_size, n_max)
     max_len = next((m.max_model_len for m in live.identity.models if getattr(m, "max_model_len", None)), 2048)
-    config, config_from = _target_config(params, live)
+    config, config_from = _target_config(target_config, live)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -168,18 +175,17 @@ def measure_probe(live: Any, params: BaselineParams, run: Run, *, progress: bool
         bar = tqdm(total=len(batches) * n_max * PROBE_REPEATS, desc="verify-cost probe", unit="point")
     try:
         probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
-                          max_model_len=int(max_len), api_key_env=params.api_key_env,
-                          on_point=lambda point: append_point(run.path / PROBE_JSONL, point),
+                          max_model_len=int(max_len), api_key_env=api_key_env,
+                          on_point=lambda point: append_point(run_dir / PROBE_JSONL, point),
                           progress=(lambda done: bar.update(done - bar.n)) if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
     summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
-               "batches": batches, "tokens_max": n_max, "repeats": PROBE_REPEATS,
+               "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
                "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
                "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config}
-    write_json(run.path / "probe.json", summary)
-    run.update(probe={k: v for k, v in summary.items() if k != "target_config_json"})
+    write_json(run_dir / "probe.json", summary)
     if not probe.usable():
         raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
     return summary
