@@ -102,6 +102,7 @@ class BaselineParams(_ServerParams, SweepConfig):
     restart_minutes: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="minutes a restart takes your server away (external; embedded: measured when it starts)")
+    profile_run: str | None = Field(None, description="a 00-profile run of this server: the predictions in parts")
     traffic_log: str | None = Field(None, description="a production log (JSONL/Parquet) to predict from")
     traffic_model: str | None = Field(None, description="the served model's folder (tokenizer); None: embedded")
 

@@ -393,6 +393,33 @@ def restart_seconds(params: BaselineParams, data: RunData) -> tuple[float | None
     return None, "unknown"
 
 
+def prediction_parts(params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Where 01 was given a 00-profile run of this server: each option's predicted speedup per
+    concurrency as parts (tokens per step from acceptance, then each bucket's extra time, then
+    speculative mode's own cost), every part labelled measured, fitted, borrowed or assumed
+    (:func:`speclab.predict.stepparts.decompose_speedup`). Empty without a profile run."""
+    if not params.profile_run or predicted.empty:
+        return pd.DataFrame()
+    from speclab.predict import stepparts
+
+    summary, scaling = stepparts.profile_tables(params.profile_run)
+    profiled = Run.open(Path(params.profile_run)).manifest.get("params") or {}
+    moe = "moe" in set(summary.get("bucket", pd.Series(dtype=str)).astype(str))
+    forms = stepparts.fit_part_forms(stepparts.load_gpu_step(), "moe-30b-a3b" if moe else "dense-8b")
+    low, high = params.spec_mode_overhead_ms
+    model = stepparts.profile_parts_model(
+        summary, scaling, speculative_profile=profiled.get("option", "baseline") != "baseline",
+        attention_draft_factor=stepparts.attention_draft_factor(forms), spec_overhead_ms=(low, high),
+        spec_overhead_source="spec_mode_overhead_ms (docs/predictor.md, 'Without a restart')")
+    frames = []
+    for row in predicted[predicted["category"] == "all"].to_dict("records"):
+        frames.append(stepparts.decompose_speedup(
+            model, [row["concurrency"]], tokens_per_step=max(float(row["tokens_per_step"]), 1.0),
+            verified_tokens_per_seq=max(float(row["verified_tokens_per_seq"]), 1.0), acceptance_label="measured",
+            acceptance_source="replayed over this baseline's greedy outputs").assign(option=row["option"]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
     """Hours until a restart into each option pays for itself, for the expected traffic; where
     no restart cost is known (an external server speclab did not start), one row saying what to give."""
