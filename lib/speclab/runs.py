@@ -237,12 +237,24 @@ def check_run_dir(run_dir: str | Path) -> Path:
     return path
 
 
+def run_id(path: str | Path) -> str:
+    """A run's name without the machine's folders: ``2026-12-01/053012-01-baseline-default``
+    (what notebooks and reports print: a shared HTML never shows a local path)."""
+    folder = Path(path)
+    return f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
+
+
 class Run:
     """A run folder and its manifest."""
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path
         self.manifest = manifest
+
+    @property
+    def id(self) -> str:
+        """The run's id (:func:`run_id`), never its local path."""
+        return run_id(self.path)
 
     @classmethod
     def create(

@@ -25,6 +25,12 @@ class SweepConfig(BaseModel):
     prompts: str | None = Field(None, description="None = built-in sets; or a .jsonl / ShareGPT .json file")
     categories: list[str] | None = Field(None, description="categories to run (None = all)")
     per_category: int = Field(3, ge=1, description="prompts per category per level and repeat")
+    rounds: int = Field(
+        2, ge=1, le=100,
+        description="closed loop: a level at concurrency c runs at least rounds x c requests, so c are really in flight")
+    level_duration_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="closed loop: keep each level's slots full this many seconds (the plan's requests repeat in order)")
     repeats: int = Field(1, ge=1, le=20, description="repeats of each level (distinct prompts each)")
     warmup_requests: int = Field(2, ge=0, description="unmeasured requests before each level")
     max_tokens: int | None = Field(None, ge=1, description="override each prompt's max_tokens")
@@ -43,6 +49,12 @@ class SweepConfig(BaseModel):
         None, gt=0, allow_inf_nan=False,
         description="seconds without an SSE data event before a request fails; pings do not count (None: 300)")
     api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
+
+    def level_requests(self, concurrency: int, categories: int) -> int:
+        """Requests a level plans: ``per_category`` of each category, and in closed loop at
+        least ``rounds`` waves of ``concurrency`` (a level of 28 requests never has 32 in flight)."""
+        base = self.per_category * categories
+        return base if self.rate is not None else max(base, self.rounds * concurrency)
 
     def chat_template_kwargs(self) -> dict[str, Any] | None:
         """What the chat template is told (``enable_thinking``), None when ``thinking`` is unset."""

@@ -19,7 +19,7 @@ from speclab.profiling.capture import CaptureResult, capture_profile
 from speclab.prompts import Prompt
 from speclab.report.tables import COST_MODEL_JSON, PREDICTIONS_PARQUET, load_cost_model
 from speclab.runfolder import Plan, RunData, latest_run, load_run
-from speclab.runs import Run
+from speclab.runs import Run, write_json
 from speclab.serve.target import serve_target
 from speclab.sweep import SweepConfig
 
@@ -76,6 +76,13 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
     with serve_target(target, run) as live:
         result = measure_sweep(live.endpoint, live.model, config, run, plan=plan, arm="baseline",
                                progress=progress)
+        if params.verify_cost == "probe":
+            try:
+                measure_probe(live, params, run, progress=progress)
+            except SpeclabError as exc:  # the baseline above is measured and kept whatever happens here
+                print(f"speclab: the verify-cost probe failed ({exc.message}); the prediction falls back to "
+                      "the baseline's slope and says so.")
+                write_json(run.path / "probe.json", {"failed": exc.message})
         if params.verify_cost == "calibrate":
             # The calibration's baseline arm on this same server: one start fewer (25-35 s
             # on 2 cores), and the verify cost is read against the instance measured here.
@@ -90,7 +97,124 @@ def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> 
             except SpeclabError as exc:  # the baseline above is measured and kept whatever happens here
                 print(f"speclab: the calibration's baseline arm failed ({exc.message}); "
                       "verify_cost_model measures it again on a fresh server.")
+        if params.self_check_requests and "float32" not in str(live.identity.dtype or params.dtype):
+            try:
+                measure_self_divergence(live, params, run, plan, progress=progress)
+            except SpeclabError as exc:  # measured data stays; the losslessness check says it has no rerun
+                print(f"speclab: the baseline's self-check rerun failed ({exc.message}); 02's losslessness "
+                      "check will say it cannot tell bf16 rounding from a broken server.")
         return SweepOutcome(result, live.identity)
+
+
+def _target_config(given: str | None, live: Any) -> tuple[dict[str, Any] | None, str]:
+    """The served model's config.json for the LM head's share, and where it came from: the
+    ``target_config`` given, else the model folder the server reports when it is on this machine."""
+    import json
+
+    candidates = [given] if given else [
+        str(Path(m.root) / "config.json") for m in live.identity.models if getattr(m, "root", None)]
+    for candidate in candidates:
+        path = Path(candidate)
+        if path.exists():
+            try:
+                return json.loads(path.read_text()), path.name if given else "the served model's folder"
+            except (OSError, ValueError):
+                raise SpeclabError(f"{path} is not a readable config.json; fix target_config.") from None
+    if given:
+        raise SpeclabError(f"target_config {given} does not exist; give the served model's config.json.")
+    return None, "none (give target_config)"
+
+
+def probe_lengths(params: BaselineParams) -> int:
+    """Tokens per sequence the probe goes up to: k + 1 of the largest k predicted."""
+    ks = [params.predict_k if m == "ngram" else params.predict_suffix_k for m in params.predict_methods]
+    return max(ks) + 1
+
+
+def measure_probe(live: Any, params: BaselineParams, run: Run, *, progress: bool = False) -> dict[str, Any]:
+    """01-baseline's live verify-cost probe (:func:`probe_live`) at every concurrency of its plan."""
+    summary = probe_live(live, run.path, batches=sorted(set(params.concurrency)), n_max=probe_lengths(params),
+                         api_key_env=params.api_key_env, target_config=params.target_config, progress=progress)
+    run.update(probe={k: v for k, v in summary.items() if k != "target_config_json"})
+    return summary
+
+
+def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, api_key_env: str | None = None,
+               target_config: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """The live verify-cost probe (:mod:`speclab.measure.probe`) on a baseline's own server, over
+    cached prefixes of the sequences that baseline run (``run_dir``) recorded: points appended to
+    probe.jsonl as measured, a summary in probe.json. Raises one sentence when no point is usable."""
+    import httpx
+
+    from speclab.auth import auth_headers, basic_auth_headers
+    from speclab.measure.metrics import scrape_metrics
+    from speclab.measure.probe import (
+        PROBE_JSONL,
+        PROBE_REPEATS,
+        append_point,
+        cache_layout,
+        probe_sequences,
+        refuse_without_prefix_cache,
+        run_probe,
+    )
+    from speclab.runfolder import read_records
+
+    endpoint = live.endpoint
+    headers = auth_headers(api_key_env) or basic_auth_headers(endpoint)
+    with httpx.Client(timeout=httpx.Timeout(30.0), headers=headers) as client:
+        layout = cache_layout(client, endpoint.without_credentials(), live.identity.engine,
+                              scrape_metrics(client, endpoint.without_credentials()))
+    refuse_without_prefix_cache(layout)
+    sequences = probe_sequences(read_records(run_dir), layout.block_size, n_max)
+    max_len = next((m.max_model_len for m in live.identity.models if getattr(m, "max_model_len", None)), 2048)
+    config, config_from = _target_config(target_config, live)
+    from speclab.measure import progress as bars
+
+    with bars.bar(total=len(batches) * n_max * PROBE_REPEATS, desc="verify-cost probe", unit="point",
+                  show=progress) as bar:
+        probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
+                          max_model_len=int(max_len), api_key_env=api_key_env,
+                          on_point=lambda point: append_point(run_dir / PROBE_JSONL, point),
+                          progress=lambda done: bar.update(1))
+    summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
+               "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
+               "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
+               "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config}
+    write_json(run_dir / "probe.json", summary)
+    if not probe.usable():
+        raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
+    return summary
+
+
+def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: Plan, *,
+                            progress: bool = False) -> dict[str, Any]:
+    """How often the baseline's greedy outputs differ from themselves: the first
+    ``self_check_requests`` of the top level rerun on the same server at half its concurrency
+    (another batch shape, as speculation makes), compared token by token. In bf16 this is the
+    noise a speculative arm's divergence is judged against; saved as self_divergence.json."""
+    from speclab.predict.compare import losslessness, self_divergence
+    from speclab.report.tables import SELF_DIVERGENCE_JSON
+    from speclab.runfolder import PlannedRequest
+
+    top = max(plan.levels(), key=lambda level: (level[1], level[0]))
+    chosen = plan.for_level(top[0])[:params.self_check_requests]
+    rerun_c = max(1, top[1] // 2)
+    subplan = Plan([PlannedRequest(**{**r.__dict__, "level": 0, "concurrency": rerun_c}) for r in chosen],
+                   {r.prompt_id: plan.prompts[r.prompt_id] for r in chosen})
+    config = params.sweep_only().model_copy(update={"concurrency": [rerun_c], "warmup_requests": 0})
+    sub = Run.create("self-check", {"of": run.id, "concurrency": rerun_c}, kind="self-check",
+                     run_dir=run.path / "self-check")
+    with sub.recording():
+        measure_sweep(live.endpoint, live.model, config, sub, plan=subplan, arm="self-check", progress=progress)
+    base = load_run(run.path).requests
+    base = base[base["level"] == top[0]].assign(concurrency=0, repeat=0)
+    again = load_run(sub.path).requests.assign(concurrency=0, repeat=0)
+    table = losslessness(base, again)
+    record = {**self_divergence(table), "from_concurrency": top[1], "rerun_concurrency": rerun_c,
+              "dtype": live.identity.dtype or params.dtype, "run": sub.id}
+    write_json(run.path / SELF_DIVERGENCE_JSON, record)
+    run.update(self_divergence=record)
+    return record
 
 
 def _calibration_inputs(params: BaselineParams, used: set[str]) -> tuple[SweepConfig, list[Prompt], str]:
@@ -143,11 +267,13 @@ def levels_table(run: RunData) -> pd.DataFrame:
     """One row per level with the summary.json contract keys most readers want."""
     if run.levels.empty:
         return pd.DataFrame()
-    cols = ["arm", "concurrency", "rate", "repeat", "requests", "errors", "output_tokens",
+    cols = ["arm", "concurrency", "rate", "repeat", "requests", "inflight_mean", "errors", "output_tokens",
             "duration_s", "output_tok_s", "ttft_s_median", "ttft_s_p99", "tpot_s_median",
             "tpot_s_p99", "e2e_s_median", "tokens_per_chunk_mean", "acceptance_rate",
             "mean_acceptance_length", "server_tpot_s_mean", "server_ttft_s_mean", "foreign_traffic"]
-    return run.levels[[c for c in cols if c in run.levels]]
+    from speclab.report.tables import mark_load
+
+    return mark_load(run.levels[[c for c in cols if c in run.levels]], [run])
 
 
 def acceptance_table(run: RunData) -> pd.DataFrame:
@@ -169,8 +295,10 @@ def acceptance_table(run: RunData) -> pd.DataFrame:
 def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = False) -> CalibratedStepTime:
     """The step-time model behind every prediction, as ``params.verify_cost`` says.
 
-    ``calibrate`` (embedded): a real n-gram run on prompts this baseline did not use
-    (plus its own baseline on the same plan) gives the cost of verifying drafts;
+    ``probe`` (the default, any server): the cost of verifying n tokens timed live on the
+    baseline's own server by prefix-cached extensions (:func:`measure_probe`, run by
+    :func:`run_baseline`), plus the LM head's share; ``calibrate`` (embedded): a real n-gram
+    run on prompts this baseline did not use (plus its own baseline on the same plan);
     ``baseline_slope``: the baseline's own marginal cost of a token in a step stands in
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to
     cost_model.json so 02-ngram and 05-report predict with the same model.
@@ -202,7 +330,19 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
         record["verify"] = VerifyCost(overhead_s=params.verify_overhead_s,
                                       per_token_s=params.verify_per_token_s or 0.0,
                                       exponent=params.verify_exponent, source="params").model_dump()
-    from speclab.runs import write_json
+        record["verify_cost_sd"] = params.verify_cost_sd
+    elif params.verify_cost == "probe":
+        from speclab.runs import read_json
+
+        probe = read_json(run.path / "probe.json") if (run.path / "probe.json").exists() else {
+            "failed": "it did not run"}
+        if probe.get("failed"):
+            record["probe_failed"] = probe["failed"]
+        else:
+            record["target_config_json"] = probe.get("target_config_json")
+            record["probe"] = {k: v for k, v in probe.items() if k != "target_config_json"}
+    if params.verify_cost != "calibrate":  # calibrate measures it; every other source states a range
+        record["spec_mode_overhead_ms"] = list(params.spec_mode_overhead_ms)
 
     write_json(run.path / COST_MODEL_JSON, record)
     model = load_cost_model(run.path)
@@ -228,7 +368,7 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
     """Predicted acceptance, tok/s and speedup per option x category x concurrency; saved."""
     from speclab.predict.predictions import predict_from_baseline
 
-    frames = [predict_from_baseline(data.path, option, model)
+    frames = [predict_from_baseline(data.path, option, model, instance_sd=params.instance_sd)
               for option in prediction_options(params.predict_methods, params.predict_k,
                                                params.predict_suffix_k)]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -237,14 +377,58 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
     return table
 
 
+def restart_seconds(params: BaselineParams, data: RunData) -> tuple[float | None, str]:
+    """What one restart costs, and where that figure comes from: ``restart_minutes`` when
+    given, else the load time measured when speclab started this run's server."""
+    if params.restart_minutes is not None:
+        return params.restart_minutes * 60.0, "restart_minutes (given)"
+    measured = data.server.get("load_time_s")
+    if measured:
+        return float(measured), "measured when speclab started this server"
+    return None, "unknown"
+
+
+def prediction_parts(params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Where 01 was given a 00-profile run of this server: each option's predicted speedup per
+    concurrency as parts (tokens per step from acceptance, then each bucket's extra time, then
+    speculative mode's own cost), every part labelled measured, fitted, borrowed or assumed
+    (:func:`speclab.predict.stepparts.decompose_speedup`). Empty without a profile run."""
+    if not params.profile_run or predicted.empty:
+        return pd.DataFrame()
+    from speclab.predict import stepparts
+
+    summary, scaling = stepparts.profile_tables(params.profile_run)
+    profiled = Run.open(Path(params.profile_run)).manifest.get("params") or {}
+    moe = "moe" in set(summary.get("bucket", pd.Series(dtype=str)).astype(str))
+    forms = stepparts.fit_part_forms(stepparts.load_gpu_step(), "moe-30b-a3b" if moe else "dense-8b")
+    low, high = params.spec_mode_overhead_ms
+    model = stepparts.profile_parts_model(
+        summary, scaling, speculative_profile=profiled.get("option", "baseline") != "baseline",
+        attention_draft_factor=stepparts.attention_draft_factor(forms), spec_overhead_ms=(low, high),
+        spec_overhead_source="spec_mode_overhead_ms (docs/predictor.md, 'Without a restart')")
+    frames = []
+    for row in predicted[predicted["category"] == "all"].to_dict("records"):
+        frames.append(stepparts.decompose_speedup(
+            model, [row["concurrency"]], tokens_per_step=max(float(row["tokens_per_step"]), 1.0),
+            verified_tokens_per_seq=max(float(row["verified_tokens_per_seq"]), 1.0), acceptance_label="measured",
+            acceptance_source="replayed over this baseline's greedy outputs").assign(option=row["option"]))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def payback_table(data: RunData, params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
-    """Hours until a restart into each option pays for itself, for the expected traffic."""
+    """Hours until a restart into each option pays for itself, for the expected traffic; where
+    no restart cost is known (an external server speclab did not start), one row saying what to give."""
     from speclab.predict.predictions import restart_payback
 
+    restart_s, source = restart_seconds(params, data)
+    if restart_s is None:
+        return pd.DataFrame({"note": [
+            "No restart cost is known: speclab did not start this server, so it could not time a start. "
+            "Give restart_minutes (how long a restart takes your server away) to see the payback."]})
     frames = []
     for option, rows in predicted.groupby("option", sort=False):
-        table = restart_payback(rows, params.traffic, baseline_run_dir=data.path)
-        frames.append(table.assign(option=option))
+        table = restart_payback(rows, params.traffic, load_time_s=restart_s)
+        frames.append(table.assign(option=option, restart_from=source))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

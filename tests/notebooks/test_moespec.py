@@ -11,6 +11,7 @@ import pytest
 from speclab.cli.workbook import run_notebook
 from speclab.runs import Run
 from speclab.sections import read_section
+from tests.notebooks.html_checks import assert_html_free_of_local_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,3 +35,4 @@ def test_moespec_notebook_runs_and_leaves_a_report_section(tmp_path: Path) -> No
     assert any("replayed" in s for s in section.summary)
     html = (folder / "report.html").read_text()
     assert "data:image/png;base64" in html and "fitted" in html
+    assert_html_free_of_local_paths(folder, tmp_path)

@@ -40,7 +40,7 @@ def test_report_html_reads_as_a_document(tmp_path: Path, capfd: pytest.CaptureFi
     text = _visible_text(html)
 
     # opens with one recommended action, then one decision record per option
-    assert "Recommendation." in text and "Keep the baseline: no option was measurably faster" in text
+    assert "Recommendation." in text and "No recommendation yet: no option was measurably faster or slower" in text
     assert html.count('class="speclab-record"') == 1
     assert "Restart cost:" in text and "Payback:" in text and "Caveats that apply" in text
     # formatted tables: intervals, percentages, no index column, no raw DataFrame anywhere

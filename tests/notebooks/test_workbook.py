@@ -13,6 +13,7 @@ import pytest
 from speclab.cli.workbook import run_notebook
 from speclab.errors import SpeclabError
 from speclab.runs import Run
+from tests.notebooks.html_checks import assert_html_free_of_local_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -56,6 +57,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
         assert Run.open(folder).manifest["status"] == "ok"
         assert (folder / "report.html").stat().st_size > 10_000
         assert _errors(folder / "notebook.ipynb") == []
+        assert_html_free_of_local_paths(folder, tmp_path)
     assert (baseline / "requests.parquet").exists() and (ngram / "summary.json").exists()
     assert Run.open(ngram).manifest["baseline_run"] == str(baseline)
     assert Run.open(eagle).manifest["baseline_run"] == str(baseline) and Run.open(eagle).manifest["method"] == "eagle3"
@@ -122,3 +124,4 @@ def test_profile_notebook_captures_and_buckets_a_real_trace(tmp_path: Path) -> N
     top = decode.sort_values("share", ascending=False).iloc[0]
     assert top["bucket"] == "dense_gemm", decode.sort_values("share", ascending=False).head()
     assert _errors(folder / "notebook.ipynb") == []
+    assert_html_free_of_local_paths(folder, tmp_path)

@@ -14,6 +14,7 @@ from speclab.predict.compare import (
     losslessness,
     losslessness_verdict,
     paired_speedups,
+    self_divergence,
     speedup_cell,
     verdict,
 )
@@ -91,6 +92,28 @@ def test_losslessness_compares_token_ids_and_reports_the_first_difference() -> N
     assert not table.loc["p0", "identical"] and table.loc["p0", "first_difference_at"] == 2
     assert table.loc["p1", "identical"] and table.loc["p1", "compared"] == "token_ids"
     assert losslessness_verdict(table.reset_index(), "float32").startswith("NOT lossless: 1 of 2")
-    assert "expected" in losslessness_verdict(table.reset_index(), "bfloat16")
+    # bf16 without the baseline's own rerun: no longer "expected", it says how to check
+    assert "recheck in float32" in losslessness_verdict(table.reset_index(), "bfloat16")
     same = losslessness(base, base)
     assert losslessness_verdict(same, "float32").startswith("Lossless: all 2")
+
+
+def _divergence(differ: int, total: int) -> pd.DataFrame:
+    return pd.DataFrame({"identical": [i >= differ for i in range(total)],
+                         "first_difference_at": [5.0 if i < differ else None for i in range(total)]})
+
+
+def test_bf16_divergence_is_judged_against_the_baselines_own_rerun() -> None:
+    noise = self_divergence(_divergence(3, 16))
+    assert noise == {"pairs": 16, "identical": 13, "first_difference_median": 5.0}
+    # a quarter differ where the baseline's own rerun differed in 3 of 16: bf16 rounding
+    within = losslessness_verdict(_divergence(10, 40), "bfloat16", noise)
+    assert "within the bfloat16 noise" in within and "differed in 3 of 16" in within
+    # nearly all differ: a broken server fails, with the float32 recipe
+    broken = losslessness_verdict(_divergence(38, 40), "bfloat16", noise)
+    assert broken.startswith("NOT lossless beyond bfloat16 noise: 38 of 40") and "dtype: float32" in broken
+    # a baseline that never differs from itself: half differing is a failure; a quarter, with 16
+    # reruns, could still be a fluke at p < 0.01 and is not called one
+    steady = self_divergence(_divergence(0, 16))
+    assert losslessness_verdict(_divergence(20, 40), "bfloat16", steady).startswith("NOT lossless")
+    assert "within the bfloat16 noise" in losslessness_verdict(_divergence(10, 40), "bfloat16", steady)

@@ -19,7 +19,6 @@ from speclab.predict.costmodel import (
     best_k,
     break_even_acceptance_length,
     expected_tokens_per_step,
-    explain_seed_ngram_loss,
     fit_step_time,
     leviathan_speedup,
     payback_hours,
@@ -197,29 +196,19 @@ def test_payback_never_when_the_option_loses() -> None:
 # --------------------------------------------------------------------------- the seeds' scenario
 
 
-def test_seed_scenario_explains_the_ngram_loss() -> None:
-    table = explain_seed_ngram_loss()
-    assert (table["naive_speedup"].round(2) == 1.94).all()  # "the naive model said ~2x"
-    uniform = table[table["routing"] == "uniform"].set_index("concurrency")
-    # the baseline points are reproduced
-    assert uniform.loc[1, "baseline_tok_s"] == pytest.approx(82.5)
-    assert uniform.loc[128, "baseline_tok_s"] == pytest.approx(1536)
-    # single stream: the MoE verify cost alone (n = 5 tokens) lifts the step ~1.5x
-    assert 1.3 < uniform.loc[1, "verify_cost_ratio"] < 1.8
-    # n-gram loses from moderate concurrency on, inside the measured 9-26 % band somewhere
-    assert uniform.loc[1, "calibrated_speedup"] > 1.0
-    assert uniform.loc[128, "calibrated_speedup"] < 0.74
-    assert table["within_measured_band"].any()
-    zipf = table[table["routing"] == "zipf1.0"].set_index("concurrency")
-    assert zipf.loc[1, "verify_cost_ratio"] < uniform.loc[1, "verify_cost_ratio"]
-
-
 def test_seed_scenario_round_trips_through_yaml() -> None:
     text = yaml.safe_dump(SeedScenario().model_dump(mode="json"))
     again = SeedScenario.model_validate(yaml.safe_load(text))
     assert again == SeedScenario()
     with pytest.raises(ValueError):
-        SeedScenario(decode_budget={"all_reduce": 0.9, "moe_gemm": 0.2})
+        SeedScenario(decode_budget={"all_reduce": 0.9, "attention": 0.1, "other_gemm": 0.1, "moe_gemm": 0.2})
+    with pytest.raises(ValueError, match="shares for attention"):
+        SeedScenario(decode_budget={"all_reduce": 0.5, "moe_gemm": 0.2})
+    with pytest.raises(ValueError, match="low <= high"):
+        SeedScenario(spec_mode_overhead_ms=(3.0, 1.0))
+    # the baseline step between and past the seeds' two points: linear in concurrency
+    assert SeedScenario().baseline_step_s(1) == pytest.approx(1 / 82.5)
+    assert SeedScenario().baseline_step_s(128) == pytest.approx(128 / 1536)
 
 
 # --------------------------------------------------------------------------- notebook API on recorded runs

@@ -8,7 +8,6 @@ import pytest
 
 from speclab.errors import SpeclabError
 from speclab.moe.models import (
-    MoEStepTime,
     RoutingModel,
     RoutingSample,
     VerifyCurve,
@@ -19,11 +18,11 @@ from speclab.moe.models import (
     fit_routing,
     loaded_per_step,
     parse_routing,
-    predict_budget_speedups,
     sample_routing,
     simulate_distinct,
     trace_distinct_curve,
 )
+from speclab.moe.seeds import MoECost, SeedStepModel, predict_budget_speedups, rank_forms
 from speclab.predict.costmodel import SeedScenario
 
 
@@ -152,15 +151,21 @@ def test_loaded_per_step_unions_sequences_and_caps_by_budget() -> None:
         (loaded_per_step(model, 1, 2.0, samples=200) + loaded_per_step(model, 1, 3.0, samples=200)) / 2)
 
 
-def test_step_model_budget_all_experts_equals_no_budget() -> None:
+def _line_cost() -> MoECost:
     curve = _linear_curve()
+    return MoECost("test line", "test", lambda d, t: float(curve.step_s(d, t)))
+
+
+def test_step_model_budget_all_experts_equals_no_budget() -> None:
     scenario = SeedScenario(concurrency=[1, 8])
     routing = RoutingModel(384, 8, 1.0)
-    plain = MoEStepTime(scenario, curve, routing, samples=100)
-    full = MoEStepTime(scenario, curve, routing, budget=384, samples=100)
-    tight = MoEStepTime(scenario, curve, routing, budget=8, samples=100)
+    forms = rank_forms()
+    plain = SeedStepModel(scenario, forms, _line_cost(), routing, samples=100)
+    full = SeedStepModel(scenario, forms, _line_cost(), routing, budget=384, samples=100)
+    tight = SeedStepModel(scenario, forms, _line_cost(), routing, budget=8, samples=100)
     for c in (1, 8):
-        assert plain.step_time_s(c, 1.0) == plain.baseline_step_s(c)
+        # the parts reproduce the seeds' measured decode step (the unexplained part closes the gap)
+        assert plain.baseline_step_s(c) == pytest.approx(scenario.baseline_step_s(c))
         assert full.step_time_s(c, 5.0) == pytest.approx(plain.step_time_s(c, 5.0))
         assert tight.step_time_s(c, 5.0) < plain.step_time_s(c, 5.0)
 
@@ -182,7 +187,7 @@ def test_trace_curve_needs_three_dimensions() -> None:
 def test_budget_speedups_table_shape() -> None:
     scenario = SeedScenario(concurrency=[1, 16])
     options = [{"option": "ngram", "k": 4, "tokens_per_step": 1.5, "verified_tokens_per_seq": 2.0}]
-    table = predict_budget_speedups(scenario, _linear_curve(), RoutingModel(384, 8), options, [None, 16],
+    table = predict_budget_speedups(scenario, rank_forms(), _line_cost(), RoutingModel(384, 8), options, [None, 16],
                                     samples=60)
     assert len(table) == 4 and set(table["budget"]) == {"none", 16}
     base = table[table["budget"] == "none"].set_index("concurrency")["predicted_speedup"]

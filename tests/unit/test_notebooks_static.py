@@ -63,17 +63,13 @@ def test_papermill_documents_every_parameter(path: Path) -> None:
 PARAM_FILES = sorted(p for p in (ROOT / "params").rglob("*.yaml") if p.name != "scenario.yaml")
 
 
-def test_the_seeds_scenario_example_validates_and_explains_the_loss() -> None:
+def test_the_seeds_scenario_example_validates_and_is_the_default() -> None:
     from speclab.params import load_params_file
-    from speclab.predict.costmodel import SeedScenario, explain_seed_ngram_loss
+    from speclab.predict.costmodel import SeedScenario
 
-    scenario = SeedScenario.model_validate(
-        load_params_file(ROOT / "params/examples/kimi-k25-8xpcie/scenario.yaml"))
-    table = explain_seed_ngram_loss(scenario)
-    naive = table["naive_speedup"] if "naive_speedup" in table else table.filter(like="naive").iloc[:, 0]
-    assert naive.min() > 1.8  # the hand-made model promised ~2x ...
-    calibrated = table.filter(like="calibrated").select_dtypes("number").iloc[:, 0]
-    assert (calibrated[table["concurrency"] >= 8] < 1.0).all()  # ... where the server really lost
+    scenario = SeedScenario.model_validate(load_params_file(ROOT / "params/examples/kimi-k25-8xpcie/scenario.yaml"))
+    # the example spells out the seeds' figures and speclab's defaults: one truth per number
+    assert scenario == SeedScenario()
 
 
 @pytest.mark.parametrize("path", PARAM_FILES, ids=lambda p: str(p.relative_to(ROOT / "params")))

@@ -48,7 +48,7 @@ def test_decision_rows_are_the_paired_all_category_cells(bundle: report.ReportBu
     all_cells = bundle.comparisons[option].query("category == 'all'")
     assert rows["speedup"].tolist() == pytest.approx(all_cells["speedup"].tolist())
     assert rows["baseline_tok_s"].tolist() == pytest.approx(bundle.baseline.levels["output_tok_s"].tolist())
-    assert rows["server_load_s"].iloc[0] == pytest.approx(26.647, abs=0.01)
+    assert rows["restart_s"].iloc[0] == pytest.approx(26.647, abs=0.01)
     html = report.decision_table(bundle).to_html()
     assert 'id="T_decision-table"' in html and "[" in html  # speedup with its interval
 
@@ -90,13 +90,23 @@ def _with_verdicts(bundle: report.ReportBundle, speedups: dict[int, tuple[float,
 
 def test_the_recommendation_is_one_sentence_that_follows_the_evidence(bundle: report.ReportBundle) -> None:
     keep = report.recommendation(bundle)
-    assert keep.startswith("Keep the baseline: no option was measurably faster")
+    # every interval includes 1: no recommendation, and why
+    assert keep.startswith("No recommendation yet: no option was measurably faster or slower")
+    slow = report.recommendation(_with_verdicts(bundle, {1: (0.8, 0.7, 0.9), 4: (0.98, 0.9, 1.05)}))
+    assert slow.startswith("Keep the baseline: no option was measurably faster") and "slower at concurrency 1" in slow
     win = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7), 4: (1.2, 1.1, 1.3)}))
     assert win.startswith(f"Restart into {bundle.options[0].label}: it was faster at concurrency 1 and 4")
     assert "1.50x [1.30, 1.70] at concurrency 1" in win and "pays its restart back" in win
     mixed = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7), 4: (0.8, 0.7, 0.9)}))
     assert "slower at concurrency 4" in mixed and "keep the baseline if your traffic runs there" in mixed
-    for sentence in (keep, win, mixed):
+    dirty = [tables.Caveat("baseline and x", "r", "CONTAMINATED comparison: the hypervisor took up to 9 % of the "
+                           "CPU (steal). Speed differences may come from the load, not the option; rerun.")]
+    stop = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7)}), found=dirty)
+    assert stop.startswith("No recommendation: the hypervisor took up to 9 %") and "quiet machine" in stop
+    broken = [tables.Caveat(bundle.options[0].label, "r", "NOT lossless beyond bfloat16 noise: 38 of 40 ...")]
+    refuse = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7)}), found=broken)
+    assert refuse.startswith(f"Do not restart into {bundle.options[0].label} yet")
+    for sentence in (keep, win, mixed, slow, stop, refuse):
         assert sentence.endswith(".") and "\n" not in sentence
 
 

@@ -60,20 +60,59 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_explain_seeds(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from speclab.params import load_params_file
-    from speclab.predict.costmodel import SeedScenario, explain_seed_ngram_loss
+    from speclab.moe import seeds as ms
+    from speclab.moe import workbook as mw
+    from speclab.params import MoESpecParams, load_params_file
+    from speclab.predict.costmodel import SeedScenario
+    from speclab.predict.stepparts import fit_part_forms
 
     scenario = SeedScenario.model_validate(load_params_file(args.scenario)) if args.scenario else SeedScenario()
-    alphas = [float(a) for a in args.alpha.split(",")] if args.alpha else None
-    table = explain_seed_ngram_loss(scenario, alphas)
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_rows", 200):
-        print(f"{scenario.name}: n-gram k={scenario.num_speculative_tokens}, naive vs calibrated\n")
-        print(table.round(3).to_string(index=False))
+    if args.scaling:
+        scenario = scenario.model_copy(update={"scaling": args.scaling})
+    params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=args.baseline,
+                           acceptance_category=args.category or None, gpu_step=args.gpu_step)
+    forms = fit_part_forms(mw.gpu_step_frame(params), ms.RANK_SHAPE) if args.gpu_step else ms.rank_forms()
+    costs = mw.seeds_moe_costs(mw.gpu_bench_frame(params), forms)
+    if args.moe_curve != "both":
+        keep = {"tp8-rank": "TP-8 rank", "full-expert": "full-expert layer"}[args.moe_curve]
+        costs = {k: v for k, v in costs.items() if k == keep}
+    alphas = [float(a) for a in args.alpha.split(",")] if args.alpha else [scenario.alpha]
+    routings = [r.strip() for r in args.routing.split(",") if r.strip()]
+    with pd.option_context("display.width", 220, "display.max_columns", 30, "display.max_rows", 400,
+                           "display.max_colwidth", 120):
+        for alpha in alphas:
+            scen = scenario.model_copy(update={"alpha": alpha})
+            acceptance = mw.ngram_acceptance(params, scen) if args.baseline else None
+            result = ms.explain_seeds(scen, acceptance, moe_curves=costs, routings=routings, forms=forms)
+            acc = result.acceptance
+            print(f"{scen.name}: n-gram k={scen.num_speculative_tokens}, {scen.scaling} scaling, "
+                  f"{acc['tokens_per_step']:.2f} tokens per step ({acc['label']})\n")
+            print(result.summary.round(3).to_string(index=False))
+            for (routing, curve), part in result.parts.groupby(["routing", "moe_curve"], sort=False):
+                print(f"\nSpeedup in parts, {routing} routing, {curve} MoE line (tokens per step each part "
+                      "costs; acceptance adds, the rest subtract):")
+                print(ms.parts_pivot(part).round(3).to_string(index=False))
+                if args.long:
+                    cols = ["concurrency", "part", "label", "decode_ms", "verify_ms", "extra_ms", "speedup_change",
+                            "speedup_after"]
+                    print(part[cols].round(3).to_string(index=False))
+            print("\nWhere each part's scaling comes from:")
+            for row in result.parts.drop_duplicates(["moe_curve", "part"]).itertuples():
+                if row.part in {"moe", "unexplained"} or row.moe_curve == result.parts["moe_curve"].iloc[0]:
+                    part = f"{row.part} ({row.moe_curve})" if row.part in {"moe", "unexplained"} else row.part
+                    print(f"  {part:<30} {row.label:<9} {row.source}")
+            print("\nBaseline from the parts:")
+            print(result.baseline_check.round(2).to_string(index=False))
+            if not result.overhead_needed.empty:
+                print("\nSpeculative-mode overhead that would explain the measured loss where the model predicts a win:")
+                print(result.overhead_needed.round(2).to_string(index=False))
+            print()
+            for line in result.statements:
+                print(f"- {line}")
+            print()
         if args.moe:
-            from speclab.moe.workbook import explain_seeds_moe
-
-            print("\nWith the measured H200 verify curve and expert budgets (docs/moe.md):\n")
-            print(explain_seeds_moe(scenario, args.moe_baseline).round(3).to_string(index=False))
+            print("\nWith expert budgets (docs/moe.md):\n")
+            print(mw.explain_seeds_moe(scenario, args.baseline).round(3).to_string(index=False))
     return 0
 
 
@@ -99,9 +138,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("explain-seeds",
-                       help="why n-gram lost on the seeds' Kimi-K2.5 8xPCIe deployment (naive vs calibrated)")
+                       help="the seeds' Kimi-K2.5 8xPCIe n-gram prediction in parts, each labelled (docs/moe.md)")
     p.add_argument("--scenario", help="a SeedScenario YAML (default: the seeds' own figures)")
-    p.add_argument("--alpha", help="per-token acceptance values to tabulate, e.g. 0.3,0.5")
-    p.add_argument("--moe", action="store_true", help="also: measured MoE verify curve and expert budgets")
-    p.add_argument("--moe-baseline", help="--moe: 01-baseline run whose reasoning prompts give n-gram acceptance")
+    p.add_argument("--alpha", help="assumed per-token acceptance values to tabulate, e.g. 0.3,0.5")
+    p.add_argument("--baseline", help="01-baseline run whose answers n-gram is replayed over (your own "
+                   "thinking-on baseline; the embedded SmolLM2 run is only a stand-in)")
+    p.add_argument("--category", default=None, help="--baseline: the category to replay (default: all)")
+    p.add_argument("--routing", default="uniform,zipf1.0", help="routing models of the MoE part, comma-separated")
+    p.add_argument("--moe-curve", default="both", choices=["tp8-rank", "full-expert", "both"],
+                   help="MoE cost line: one TP-8 rank (1/8 expert slices) or the full-expert layer")
+    p.add_argument("--scaling", choices=["parts", "linear_in_tokens"], default=None,
+                   help="override the scenario's scaling (linear_in_tokens: the old assumption)")
+    p.add_argument("--gpu-step", default=None, help="GPU step curves JSON (default: the shipped H200 ones)")
+    p.add_argument("--long", action="store_true", help="also print every part's decode/verify ms")
+    p.add_argument("--moe", action="store_true", help="also: expert budgets per concurrency")
     p.set_defaults(func=cmd_explain_seeds)

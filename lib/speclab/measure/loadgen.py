@@ -54,17 +54,24 @@ WARMUP_MESSAGES = [{"role": "user", "content": "Say hello in five words."}]
 
 
 def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan:
-    """Assign prompts to levels and repeats: distinct prompts per level unless reuse is asked."""
+    """Assign prompts to levels and repeats: distinct prompts per level unless reuse is asked.
+
+    A level at concurrency c gets ``per_category`` prompts of each category, or in closed
+    loop enough more (drawn in order, categories kept even) for ``rounds`` waves of c
+    (:meth:`SweepConfig.level_requests`): both arms of a comparison run this same plan.
+    """
     pool = prompts if prompts is not None else load_prompts(config.prompts, config.categories)
     pool = select_prompts(pool, config.categories)
+    categories = len({p.category for p in pool})
     slots = [(c, r) for c in config.concurrency for r in range(config.repeats)]
+    per_slot = [-(-config.level_requests(c, categories) // categories) for c, _ in slots]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if config.reuse_prompts:
             batch = select_prompts(pool, config.categories, config.per_category)
-            batches = [batch for _ in slots]
+            batches = [_cycled(batch, k * categories) for k in per_slot]
         else:
-            batches = distinct_batches(pool, len(slots), config.per_category)
+            batches = distinct_batches(pool, len(slots), per_slot)
     reused = config.reuse_prompts or any(issubclass(w.category, PromptReuseWarning) for w in caught)
     # The warnings were caught to set the flag; they become notes the runner prints and
     # stores, because a swallowed warning is one nobody reads.
@@ -83,6 +90,12 @@ def plan_sweep(config: SweepConfig, prompts: list[Prompt] | None = None) -> Plan
     return Plan(requests, {p.id: p for p in pool if p.id in used}, reused, notes)
 
 
+def _cycled(batch: list[Prompt], n: int) -> list[Prompt]:
+    """``batch`` repeated in order to at least ``n`` prompts (whole copies of the batch)."""
+    copies = max(1, -(-n // max(len(batch), 1)))
+    return [p for _ in range(copies) for p in batch]
+
+
 def _repeats_within_levels(requests: list[PlannedRequest]) -> list[str]:
     counts: dict[tuple[int, str], int] = {}
     for r in requests:
@@ -92,8 +105,9 @@ def _repeats_within_levels(requests: list[PlannedRequest]) -> list[str]:
         return []
     most = max(counts.values())
     return [f"{len(repeated)} prompt(s) run up to {most} times within one level (e.g. {repeated[0]!r}): "
-            "the prompt set is smaller than per_category, so later copies may hit the prefix cache; "
-            "give more prompts or lower per_category."]
+            "the prompt set holds fewer prompts than a level's requests (per_category of each category, "
+            "or rounds x concurrency), so later copies may hit the prefix cache; give more prompts, "
+            "or lower per_category or rounds."]
 
 
 def check_open_files(concurrency: int, workers: int = 1) -> None:
@@ -162,6 +176,23 @@ def _spec_for(planned: PlannedRequest, prompt: Prompt, arm: str, copy: int = 0) 
     )
 
 
+# With level_duration_s a level keeps its slots full by sending its planned requests again, in
+# order (copy numbers continue, so both arms pair copy n with copy n), until the time is up.
+DURATION_CYCLES = 50
+
+
+def _level_specs(plan: Plan, level: int, arm: str, cycles: int = 1) -> list[RequestSpec]:
+    """The level's requests in send order, ``cycles`` times over; repeats of a prompt are
+    numbered copies (``-copyN``) in plan order."""
+    copies: dict[str, int] = {}
+    specs = []
+    for _ in range(cycles):
+        for p in plan.for_level(level):
+            specs.append(_spec_for(p, plan.prompts[p.prompt_id], arm, copies.get(p.prompt_id, 0)))
+            copies[p.prompt_id] = copies.get(p.prompt_id, 0) + 1
+    return specs
+
+
 # --------------------------------------------------------------------------- one level
 
 
@@ -174,8 +205,10 @@ async def _drive(
     on_record: Callable[[RequestRecord], None],
     stop: threading.Event,
     seed: int,
+    deadline_s: float | None = None,
 ) -> None:
-    """Closed loop (``concurrency`` in flight) or Poisson arrivals capped at ``concurrency``."""
+    """Closed loop (``concurrency`` in flight) or Poisson arrivals capped at ``concurrency``;
+    with ``deadline_s`` (seconds on the run clock ``t0``) nothing is sent after it."""
     slots = asyncio.Semaphore(concurrency)
 
     async def one(spec: RequestSpec) -> None:
@@ -191,12 +224,17 @@ async def _drive(
     for spec in specs:
         if stop.is_set():
             break
+        if deadline_s is not None and time.perf_counter() - t0 >= deadline_s:
+            break
         if rate is not None:
             next_arrival += rng.expovariate(rate)
             delay = next_arrival - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
         await slots.acquire()
+        if deadline_s is not None and time.perf_counter() - t0 >= deadline_s:
+            slots.release()  # the slot freed after the deadline: the level drains
+            break
         tasks.append(asyncio.create_task(one(spec)))
     if tasks:
         await asyncio.gather(*tasks)
@@ -213,6 +251,7 @@ async def _level_in_process(
     on_record: Callable[[RequestRecord], None],
     stop: threading.Event,
     seed: int,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
     lag = LoopLagMonitor()
     async with StreamClient(
@@ -229,13 +268,13 @@ async def _level_in_process(
         api_key_env=config.api_key_env,
     ) as client:
         lag.start()
-        await _drive(client, specs, concurrency, rate, t0, on_record, stop, seed)
+        await _drive(client, specs, concurrency, rate, t0, on_record, stop, seed, deadline_s)
         summary = await lag.stop()
         result: dict[str, Any] = {**summary, "capabilities": dict(client.capabilities)}
     return result
 
 
-def _run_coroutine(coro_factory: Callable[[], Any]) -> Any:
+def run_coroutine(coro_factory: Callable[[], Any]) -> Any:
     """Run a coroutine on a fresh uvloop (or asyncio) loop; works inside Jupyter too."""
 
     def runner() -> Any:
@@ -281,7 +320,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _worker_main(args: tuple[Any, ...]) -> None:
     """A client process: runs its share of a level and streams records back on a queue."""
-    endpoint_root, model, config_json, spec_dicts, concurrency, rate, t0, queue, seed, parent = args
+    endpoint_root, model, config_json, spec_dicts, concurrency, rate, t0, queue, seed, parent, deadline_s = args
     _die_with_parent(parent)
     config = SweepConfig.model_validate_json(config_json)
     specs = [RequestSpec(**d) for d in spec_dicts]
@@ -293,10 +332,10 @@ def _worker_main(args: tuple[Any, ...]) -> None:
     async def go() -> dict[str, Any]:
         return await _level_in_process(
             Endpoint.parse(endpoint_root), model, config, specs, concurrency, rate, t0,
-            send_back, stop, seed)
+            send_back, stop, seed, deadline_s)
 
     try:
-        queue.put(("lag", _run_coroutine(go)))
+        queue.put(("lag", run_coroutine(go)))
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -311,6 +350,7 @@ def _level_in_workers(
     endpoint: Endpoint, model: str, config: SweepConfig, specs: list[RequestSpec],
     concurrency: int, rate: float | None, t0: float,
     on_record: Callable[[RequestRecord], None], stop: threading.Event, seed: int,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
     """Spread a level's streams over ``config.workers`` processes (perf_counter is
     CLOCK_MONOTONIC on Linux, so every process shares the run clock ``t0``)."""
@@ -323,7 +363,7 @@ def _level_in_workers(
     processes = []
     for i in range(n):
         args = (endpoint.root, model, config.model_dump_json(), [s.__dict__ for s in shares[i]],
-                per_worker[i], worker_rate, t0, queue, seed + i, os.getpid())
+                per_worker[i], worker_rate, t0, queue, seed + i, os.getpid(), deadline_s)
         process = context.Process(target=_worker_main, args=(args,), daemon=True)
         process.start()
         processes.append(process)
@@ -413,11 +453,26 @@ def _progress_bar(total: int | None, description: str, enabled: bool) -> Any:
     return bars.bar(total=total, desc=description, unit="req", show=enabled)
 
 
-def _scrape(client: httpx.Client, endpoint: Endpoint) -> MetricsSnapshot | None:
+def _scrape(client: httpx.Client, endpoint: Endpoint, failures: list[str]) -> MetricsSnapshot | None:
+    """A ``/metrics`` snapshot, or None with the reason appended to ``failures`` (the level is
+    then measured without counters, and says so)."""
     try:
         return scrape_metrics(client, endpoint)
-    except SpeclabError:
+    except SpeclabError as exc:
+        failures.append(exc.message)
         return None
+
+
+def _reset_prefix_cache(client: httpx.Client, endpoint: Endpoint) -> str:
+    """POST ``/reset_prefix_cache``: 'reset', or why not (vLLM serves it only in dev mode, and
+    a production server refuses it: levels may then reuse prompts cached by earlier ones)."""
+    try:
+        response = client.post(endpoint.at_root("reset_prefix_cache"))
+    except httpx.HTTPError as exc:
+        return f"failed ({type(exc).__name__})"
+    if response.is_success:
+        return "reset"
+    return f"refused (HTTP {response.status_code})"
 
 
 def _warm_up(endpoint: Endpoint, model: str, config: SweepConfig, n: int, arm: str) -> None:
@@ -430,7 +485,7 @@ def _warm_up(endpoint: Endpoint, model: str, config: SweepConfig, n: int, arm: s
         return await _level_in_process(endpoint, model, config, specs, n, None, time.perf_counter(),
                                        lambda r: None, threading.Event(), 0)
 
-    _run_coroutine(go)
+    run_coroutine(go)
 
 
 def measure_sweep(
@@ -463,22 +518,17 @@ def measure_sweep(
     ep = ep.without_credentials()
     try:
         for level, concurrency, rate, repeat in plan.levels():
-            planned = plan.for_level(level)
-            copies: dict[str, int] = {}
-            specs = []
-            for p in planned:
-                specs.append(_spec_for(p, plan.prompts[p.prompt_id], arm, copies.get(p.prompt_id, 0)))
-                copies[p.prompt_id] = copies.get(p.prompt_id, 0) + 1
-            if config.reset_prefix_cache:
-                with contextlib.suppress(httpx.HTTPError):
-                    control.post(ep.at_root("reset_prefix_cache"))
+            timed = config.level_duration_s if rate is None else None
+            specs = _level_specs(plan, level, arm, cycles=DURATION_CYCLES if timed else 1)
+            cache_reset = _reset_prefix_cache(control, ep) if config.reset_prefix_cache else "off"
             probe_ms = hostload.speed_probe_ms()  # the server is idle between levels
             _warm_up(ep, model, config, config.warmup_requests, arm)
-            before = _scrape(control, ep)
+            scrape_failures: list[str] = []
+            before = _scrape(control, ep, scrape_failures)
             load_before = hostload.sample()
             label = f"{arm} c={concurrency}" + (f" rate={rate}/s" if rate else "") + (
                 f" repeat {repeat + 1}" if config.repeats > 1 else "")
-            bar = _progress_bar(len(specs), label, progress)
+            bar = _progress_bar(None if timed else len(specs), label, progress)
             appender = _Appender(
                 run.path / REQUESTS_JSONL,
                 {"arm": arm, "level": level, "concurrency": concurrency, "rate": rate, "repeat": repeat},
@@ -488,11 +538,11 @@ def measure_sweep(
             try:
                 if config.workers > 1:
                     harness = _level_in_workers(ep, model, config, specs, concurrency, rate, t0,
-                                                appender, stop, seed=level)
+                                                appender, stop, seed=level, deadline_s=timed)
                 else:
-                    harness = _run_coroutine(functools.partial(
+                    harness = run_coroutine(functools.partial(
                         _level_in_process, ep, model, config, specs, concurrency, rate, t0,
-                        appender, stop, level))
+                        appender, stop, level, timed))
             except KeyboardInterrupt:
                 stop.set()
                 raise
@@ -501,7 +551,7 @@ def measure_sweep(
                 if bar is not None:
                     bar.close()
             load_after = hostload.sample()
-            after = _scrape(control, ep)
+            after = _scrape(control, ep, scrape_failures)
             records = appender.records
             counters = window(before, after) if before and after else None
             ok = [r for r in records if r.ok]
@@ -512,6 +562,8 @@ def measure_sweep(
                 records, concurrency=concurrency, rate=rate, counters=counters,
                 foreign=foreign, harness=harness)
             level_summary.update({"level": level, "repeat": repeat, "arm": arm,
+                                  "prefix_cache_reset": cache_reset,
+                                  "metrics_scrape": scrape_failures[0] if scrape_failures else "ok",
                                   "host_load": {**hostload.window(load_before, load_after),
                                                 "host_probe_ms": probe_ms}})
             result.levels.append(level_summary)

@@ -35,6 +35,8 @@ from speclab.urls import Endpoint
 __all__ = [
     "ALIASES",
     "CounterWindow",
+    "counter_delta",
+    "histogram_mean",
     "MetricsSnapshot",
     "SpecDecodeInfo",
     "ascrape_metrics",
@@ -86,6 +88,13 @@ ALIASES: Mapping[str, tuple[str, ...]] = {
         "vllm:gpu_cache_usage_perc",
         "sglang:token_usage",
     ),
+    # Prefix caching (tokens; computed = queries - hits) and per-request prefill, which the live
+    # verify-cost probe reads (vllm/v1/metrics/loggers.py; SGLang's TokenizerMetricsCollector
+    # counts a finished request's prompt and cached tokens).
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "sglang:prompt_tokens"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "sglang:cached_tokens"),
+    "prefill_time": ("vllm:request_prefill_time_seconds",),
+    "prefill_computed_tokens": ("vllm:request_prefill_kv_computed_tokens",),
     "sglang_spec_accept_length": ("sglang:spec_accept_length",),
     "sglang_spec_accept_rate": ("sglang:spec_accept_rate",),
     "sglang_spec_num_steps": ("sglang:spec_num_steps",),
@@ -331,6 +340,16 @@ def _histogram_mean(before: MetricsSnapshot, after: MetricsSnapshot, quantity: s
     if not count or total is None or count <= 0:
         return None
     return total / count
+
+
+def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, quantity: str) -> float | None:
+    """A counter's growth between two snapshots (``quantity`` from :data:`ALIASES`), None when absent."""
+    return _delta(before, after, quantity)
+
+
+def histogram_mean(before: MetricsSnapshot, after: MetricsSnapshot, quantity: str) -> float | None:
+    """A histogram's mean observation between two snapshots, None when absent or unobserved."""
+    return _histogram_mean(before, after, quantity)
 
 
 def _gauge(snapshot: MetricsSnapshot, quantity: str) -> float | None:

@@ -79,10 +79,26 @@ def _stream(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, f
     return {"ttft_s": first, "e2e_s": last, "chunks": chunks}
 
 
+def _probe_arm(client: httpx.Client, server: ManagedServer, name: str, n_max: int) -> list[dict[str, Any]]:
+    """The live verify-cost probe on this plain server (one sequence, n = 1 .. ``n_max``): its
+    points, to set beside what the n-gram arms measure (:func:`engine_table`)."""
+    from speclab.measure.probe import cache_layout, probe_sequences, run_probe
+
+    response = client.post(server.endpoint.at_root("tokenize"), json={"model": name, "prompt": _PROMPT})
+    response.raise_for_status()
+    ids = list(response.json()["tokens"])
+    layout = cache_layout(client, server.endpoint, "vllm", scrape_metrics(client, server.endpoint))
+    record = {"request_id": "probe", "ok": True, "prompt_token_ids": ids, "token_ids": ids[:n_max + 8]}
+    probe = run_probe(server.endpoint, name, probe_sequences([record], layout.block_size, n_max), [1], n_max,
+                      layout, max_model_len=2048)
+    return [p.__dict__ for p in probe.points]
+
+
 def _measure_arm(model_dir: Path, name: str, option: SpecOption, log: Path, requests: int,
-                 max_tokens: int) -> dict[str, Any]:
+                 max_tokens: int, probe_tokens: int = 0) -> dict[str, Any]:
     launch = embedded_launch(option, port=free_port()).model_copy(
         update={"model": str(model_dir), "served_model_name": name})
+    probe: list[dict[str, Any]] = []
     with ManagedServer(launch, log, health_timeout_s=600) as server, httpx.Client(timeout=300) as client:
         url = server.endpoint.api("completions")
         body = {"model": name, "temperature": 0, "ignore_eos": True, "max_tokens": max_tokens}
@@ -91,19 +107,24 @@ def _measure_arm(model_dir: Path, name: str, option: SpecOption, log: Path, requ
         rows = [_stream(client, url, {**body, "prompt": f"{_PROMPT} {i}"}) for i in range(requests)]
         counters = window(before, scrape_metrics(client, server.endpoint))
         load_s = server.load_time_s
+        if probe_tokens:
+            probe = _probe_arm(client, server, name, probe_tokens)
     steps = sum(r["chunks"] - 1 for r in rows)
     decode_s = sum(r["e2e_s"] - r["ttft_s"] for r in rows)
     draft_tokens = counters.d_draft_tokens or 0
     return {"model": name, "k": option.num_speculative_tokens or 0, "load_s": load_s, "requests": requests,
             "steps": steps, "decode_s": decode_s, "step_s": decode_s / steps,
             "verified_tokens_per_step": 1.0 + draft_tokens / steps,
-            "accepted_tokens": counters.d_accepted_tokens, "draft_tokens": counters.d_draft_tokens}
+            "accepted_tokens": counters.d_accepted_tokens, "draft_tokens": counters.d_draft_tokens,
+            **({"probe": probe} if probe else {})}
 
 
 def measure_engine(work_dir: str | Path, ks: Sequence[int] = (2, 4), requests: int = 3,
-                   max_tokens: int = 96) -> dict[str, Any]:
+                   max_tokens: int = 96, probe: bool = True) -> dict[str, Any]:
     """Serve the random MoE and the dense model plain and with n-gram at each k; returns the
-    rows and the machine (JSON-ready). Holds the embedded server's cores for a few minutes."""
+    rows and the machine (JSON-ready). With ``probe`` the plain arms also run the live
+    verify-cost probe, so that what it predicts can be set beside what n-gram measured. Holds
+    the embedded server's cores for a few minutes."""
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     python = ensure_server_venv()
@@ -117,7 +138,9 @@ def measure_engine(work_dir: str | Path, ks: Sequence[int] = (2, 4), requests: i
         options = [SpecOption(), *(default_option("ngram", k) for k in ks)]
         for option in options:
             arm = f"{name}-{option.method}{option.num_speculative_tokens or ''}"
-            rows.append(_measure_arm(work / name, name, option, work / f"{arm}.log", requests, max_tokens))
+            probe_tokens = max(ks) + 1 if probe and not option.num_speculative_tokens else 0
+            rows.append(_measure_arm(work / name, name, option, work / f"{arm}.log", requests, max_tokens,
+                                     probe_tokens))
     config = json.loads((work / "moe" / "config.json").read_text())
     return {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
@@ -125,6 +148,9 @@ def measure_engine(work_dir: str | Path, ks: Sequence[int] = (2, 4), requests: i
         "shape": {k: config.get(k) for k in ("num_local_experts", "num_experts_per_tok", "hidden_size",
                                               "intermediate_size", "num_hidden_layers")},
         "requests": requests, "max_tokens": max_tokens, "rows": rows,
+        "config": {k: config.get(k) for k in ("num_local_experts", "num_experts_per_tok", "hidden_size",
+                                               "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                               "num_key_value_heads", "vocab_size")},
     }
 
 
@@ -139,5 +165,31 @@ def engine_table(result: dict[str, Any]) -> pd.DataFrame:
     frame["step_ratio"] = frame["step_s"] / frame["model"].map(plain)
     extra = frame["verified_tokens_per_step"] - 1.0
     frame["extra_ms_per_token"] = ((frame["step_s"] - frame["model"].map(plain)) * 1e3 / extra).where(extra > 0)
-    return frame[["model", "k", "verified_tokens_per_step", "step_ms", "step_ratio", "extra_ms_per_token",
-                  "steps", "requests"]]
+    frame["probe_step_ratio"] = _probe_ratios(result, frame)
+    return frame[["model", "k", "verified_tokens_per_step", "step_ms", "step_ratio", "probe_step_ratio",
+                  "extra_ms_per_token", "steps", "requests"]]
+
+
+def _probe_ratios(result: dict[str, Any], frame: pd.DataFrame) -> list[float | None]:
+    """Per speculative row: the step ratio the plain arm's probe predicts at the tokens per step
+    n-gram verified (the probe's verify cost, its LM-head term from the checkpoint's config,
+    over the plain arm's decode step; speculative mode's own cost not included)."""
+    from speclab.measure.probe import ProbePoint
+    from speclab.predict.probefit import fit_probe
+
+    fits = {}
+    for row in result["rows"]:
+        if row.get("probe"):
+            points = [ProbePoint(**p) for p in row["probe"]]
+            if any(p.ok for p in points):
+                fits[row["model"]] = fit_probe(points, result.get("config"), draws=1).verify
+    plain = frame[frame["k"] == 0].set_index("model")["step_s"]
+    out: list[float | None] = []
+    for row in frame.itertuples():
+        verify = fits.get(str(row.model))
+        if verify is None or not row.k:
+            out.append(None)
+            continue
+        base = float(plain[row.model])
+        out.append((base + verify.extra_s(float(row.verified_tokens_per_step) - 1.0, 1.0)) / base)
+    return out

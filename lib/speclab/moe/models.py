@@ -7,8 +7,8 @@ is the number of distinct experts. ``docs/moe.md`` gives the method and its sour
 
 This module is analysis only (numpy/pandas/scipy): routing models and their distinct-expert
 curves, fits to real routing, the verify-cost curve measured by :mod:`speclab.moe.bench`,
-and the expert-budget what-if (MoE-Spec, McDanel et al., arXiv 2602.16052) turned into
-predicted tok/s through :mod:`speclab.predict.costmodel`.
+and the expert-budget what-if (MoE-Spec, McDanel et al., arXiv 2602.16052); :mod:`speclab.moe.seeds`
+turns them into predicted tok/s for the seeds' deployment.
 
 **Routing model** (:class:`RoutingModel`): every token scores each expert
 ``log pop_e + g_e`` with Gumbel noise ``g`` and takes the top ``k`` scores, which is exactly
@@ -23,7 +23,7 @@ Gumbel noise of token ``t`` is the Gaussian-copula AR(1) of token ``t-1``'s with
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -38,7 +38,6 @@ from speclab.errors import SpeclabError
 __all__ = [
     "BORROWED_MOE_SPEC",
     "BudgetResult",
-    "MoEStepTime",
     "RoutingModel",
     "RoutingSample",
     "VerifyCurve",
@@ -46,7 +45,6 @@ __all__ = [
     "distinct_experts_uniform",
     "distinct_from_inclusion",
     "fit_routing",
-    "predict_budget_speedups",
     "loaded_per_step",
     "parse_routing",
     "sample_routing",
@@ -494,85 +492,3 @@ def loaded_per_step(model: RoutingModel, batch: float, tokens_per_seq: float, bu
         return union(lo)
     w = tokens_per_seq - lo
     return (1.0 - w) * union(lo) + w * union(hi)
-
-
-# --------------------------------------------------------------------------- tok/s per concurrency
-
-
-class MoEStepTime:
-    """T(B, n) for a deployment whose decode profile is known (:class:`~speclab.predict.costmodel.SeedScenario`),
-    with the MoE share following the experts a step loads instead of fixed multipliers.
-
-    Non-MoE components scale as in :class:`~speclab.predict.costmodel.ComponentStepTime` (linear in
-    the step's tokens, from the baseline points). The MoE share scales with the layer time
-    at the experts loaded: ``curve.step_s(D_spec) / curve.step_s(D_plain)``, ``D_plain`` for a
-    plain decode step of ``B`` one-token sequences (no budget: a budget applies to
-    verification only) and ``D_spec`` for ``B`` sequences verifying ``n`` tokens each, the
-    budget (if any) applied per sequence (:func:`loaded_per_step`).
-    """
-
-    def __init__(self, scenario: Any, curve: VerifyCurve, routing: RoutingModel, budget: int | None = None,
-                 strategy: Strategy = "substitution", draft_s: float = 0.0, samples: int = 300,
-                 seed: int = 0) -> None:
-        self.scenario, self.curve, self.routing = scenario, curve, routing
-        self.budget, self.strategy, self.draft_s = budget, strategy, draft_s
-        self.samples, self.seed = samples, seed
-        points = sorted((c, c / tok_s) for c, tok_s in scenario.baseline_tok_s.items())
-        xs = np.array([p[0] for p in points], float)
-        ys = np.array([p[1] for p in points], float)
-        self.per_token_s, self.fixed_s = (float(v) for v in np.polyfit(xs, ys, 1))
-        self.moe_share = scenario.decode_budget["moe_gemm"]
-
-    def experts_loaded(self, batch: float, verified_tokens_per_seq: float) -> float:
-        budget = self.budget if verified_tokens_per_seq > 1.0 else None
-        return loaded_per_step(self.routing, batch, verified_tokens_per_seq, budget, self.strategy,
-                               self.samples, self.seed)
-
-    def baseline_step_s(self, batch: float) -> float:
-        return self.fixed_s + self.per_token_s * batch
-
-    def step_time_s(self, batch: float, verified_tokens_per_seq: float = 1.0) -> float:
-        base = self.baseline_step_s(batch)
-        if verified_tokens_per_seq <= 1.0:
-            return base
-        tokens = batch * verified_tokens_per_seq
-        other = (self.fixed_s + self.per_token_s * tokens) / base
-        moe = float(self.curve.step_s(self.experts_loaded(batch, verified_tokens_per_seq), tokens) /
-                    self.curve.step_s(self.experts_loaded(batch, 1.0), batch))
-        return base * ((1.0 - self.moe_share) * other + self.moe_share * moe) + self.draft_s
-
-
-def predict_budget_speedups(scenario: Any, curve: VerifyCurve, routing: RoutingModel,
-                            options: Sequence[Mapping[str, Any]], budgets: Sequence[int | None],
-                            strategies: Sequence[Strategy] = ("substitution",),
-                            samples: int = 300, seed: int = 0) -> pd.DataFrame:
-    """Predicted tok/s and speedup per option x budget x concurrency on ``scenario``.
-
-    ``options``: dicts with ``option`` (label), ``k``, ``tokens_per_step`` (1 + accepted per
-    step, measured or replayed), ``verified_tokens_per_seq`` (1 + drafted per step) and
-    optionally ``draft_cost`` (drafting time per step as a share of a baseline step).
-    Acceptance is held at the given figure under a budget: what a budget costs in
-    acceptance is not measured here (see the routing-mass proxy and the borrowed figures).
-    """
-    from speclab.predict.costmodel import predict_speedup
-
-    rows = []
-    for strategy in strategies:
-        for budget in budgets:
-            if budget is None and strategy != strategies[0]:
-                continue
-            model = MoEStepTime(scenario, curve, routing, budget, strategy, samples=samples, seed=seed)
-            for opt in options:
-                for c in scenario.concurrency:
-                    model.draft_s = float(opt.get("draft_cost", 0.0)) * model.baseline_step_s(c)
-                    row = predict_speedup(model, c, float(opt["tokens_per_step"]),
-                                          float(opt["verified_tokens_per_seq"]))
-                    rows.append({
-                        "option": opt["option"], "k": opt.get("k"), "routing": routing.label,
-                        "budget": "none" if budget is None else int(budget),
-                        "strategy": "-" if budget is None else strategy, "concurrency": c,
-                        "tokens_per_step": row["tokens_per_step"], "verify_cost_ratio": row["verify_cost_ratio"],
-                        "baseline_tok_s": row["baseline_tok_s"], "predicted_tok_s": row["spec_tok_s"],
-                        "predicted_speedup": row["speedup"],
-                    })
-    return pd.DataFrame(rows)

@@ -25,15 +25,27 @@ from speclab.moe.models import (
     distinct_experts_uniform,
     fit_routing,
     parse_routing,
-    predict_budget_speedups,
     simulate_distinct,
     trace_distinct_curve,
 )
+from speclab.moe.seeds import (
+    RANK_SHAPE,
+    MoECost,
+    SeedsExplanation,
+    explain_seeds,
+    full_expert_moe,
+    predict_budget_speedups,
+    rank_forms,
+    rank_moe,
+)
 from speclab.params import MoESpecParams
 from speclab.predict.costmodel import SeedScenario
+from speclab.predict.stepparts import PartForms
 
-# The reference measured earlier for the Kimi-K2.5 shape on an H200 (docs/moe.md): verifying n
-# tokens cost this many one-token steps, uniform and Zipf(1.0) routing.
+# The reference measured before speclab's own H200 run (issue 12; docs/moe.md section 2): verifying n
+# tokens cost this many one-token steps, uniform and "Zipf(1.0)" routing. Shown beside speclab's
+# measurement only: its Zipf rows route far more narrowly than this module's Zipf(1.0) (they match
+# zipf2.5 here, :func:`zipf_matching_reference`), so no prediction uses them.
 REFERENCE_H200 = {"uniform": {2: 1.91, 4: 3.60, 8: 6.88}, "zipf1.0": {2: 1.40, 4: 1.69, 8: 2.18}}
 REFERENCE_DISTINCT_UNIFORM = {2: 15.6, 4: 31.0, 8: 59.8}
 
@@ -265,9 +277,30 @@ def load_scenario(params: MoESpecParams) -> SeedScenario:
     return SeedScenario.model_validate(load_params_file(resolve_path(params.scenario))) if params.scenario else SeedScenario()
 
 
+# The embedded server's model: acceptance replayed on its answers stands in for the user's model
+# and is labelled so wherever it is used.
+STAND_IN_MODEL = "smollm2"
+STAND_IN_NAME = "SmolLM2-135M"
+
+
+def served_model(run: str | Path) -> str:
+    """The model a run's server served (from its manifest), '' when not recorded."""
+    try:
+        manifest = json.loads((Path(run) / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return ""
+    server = manifest.get("server") or {}
+    models = server.get("models") or []
+    if models and isinstance(models[0], dict):
+        return str(models[0].get("id") or models[0].get("root") or "")
+    return str((manifest.get("params") or {}).get("model") or "")
+
+
 def ngram_acceptance(params: MoESpecParams, scenario: SeedScenario) -> dict[str, Any]:
     """n-gram acceptance on reasoning text: a replay of a baseline run's category (vLLM's
-    proposer, position by position), else the scenario's assumed alpha (flagged)."""
+    proposer, position by position), else the scenario's assumed alpha (flagged). ``label``:
+    *measured* on the user's own model, *borrowed* from the SmolLM2-135M stand-in (named in
+    ``source``), *assumed* without a run."""
     from speclab.options import default_option
     from speclab.predict.costmodel import expected_tokens_per_step
     from speclab.predict.replay import baseline_requests, replay_ngram
@@ -282,7 +315,8 @@ def ngram_acceptance(params: MoESpecParams, scenario: SeedScenario) -> dict[str,
         drafted = expected_tokens_per_step(scenario.alpha, k)
         return {"source": f"assumed alpha {scenario.alpha} (no baseline run to replay: {exc.message})",
                 "tokens_per_step": 1 + scenario.draft_fraction * (drafted - 1),
-                "verified_tokens_per_seq": 1 + scenario.draft_fraction * k, "measured": False}
+                "verified_tokens_per_seq": 1 + scenario.draft_fraction * k, "measured": False,
+                "label": "assumed", "stand_in": False}
     if params.acceptance_category:
         picked = requests[requests["category"] == params.acceptance_category]
         if picked.empty:
@@ -292,9 +326,14 @@ def ngram_acceptance(params: MoESpecParams, scenario: SeedScenario) -> dict[str,
     option = default_option("ngram", k)
     rows = replay_ngram(requests, option, 4096).requests
     steps = float(rows["decode_steps"].sum())
+    model = served_model(run)
+    stand_in = STAND_IN_MODEL in model.lower()
+    where = (f"the {STAND_IN_NAME} stand-in's answers (not Kimi's: replay your own thinking-on baseline)"
+             if stand_in else f"{model or 'the served model'}'s answers")
     return {
         "source": (f"n-gram k={k} replayed over {len(rows)} {params.acceptance_category or 'all'} requests "
-                   f"of run {Path(run).parent.name}/{Path(run).name}"),
+                   f"of run {Path(run).parent.name}/{Path(run).name}, {where}"),
+        "label": "borrowed" if stand_in else "measured", "stand_in": stand_in, "model": model,
         "tokens_per_step": float(rows["decode_tokens"].sum()) / steps,
         "verified_tokens_per_seq": 1.0 + float(rows["draft_tokens"].sum()) / steps,
         "acceptance_rate": float(rows["accepted_tokens"].sum()) / max(float(rows["draft_tokens"].sum()), 1.0),
@@ -314,26 +353,115 @@ def seeds_options(params: MoESpecParams, acceptance: dict[str, Any]) -> list[dic
     ]
 
 
-def seeds_case(params: MoESpecParams, scenario: SeedScenario, curve: VerifyCurve, routings: list[RoutingModel],
-               acceptance: dict[str, Any]) -> pd.DataFrame:
-    """Predicted tok/s per option x routing x budget x concurrency on the seeds' deployment,
-    with whether the prediction falls in the band the team measured, and the routing mass a
-    sequence's verify group keeps under each budget (the acceptance proxy)."""
+def gpu_step_frame(params: MoESpecParams) -> pd.DataFrame:
+    """The whole-stack step curves (``benchmarks/gpu_step.py``): the shipped H200 ones unless
+    ``gpu_step`` names other JSON files (comma-separated, or a folder of them)."""
+    from speclab.predict.stepparts import load_gpu_step
+
+    if not params.gpu_step:
+        return load_gpu_step()
+    paths: list[Path] = []
+    for text in params.gpu_step.split(","):
+        path = resolve_path(text.strip())
+        paths += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    return load_gpu_step(paths)
+
+
+def step_fits(frame: pd.DataFrame) -> tuple[dict[str, PartForms], pd.DataFrame, pd.DataFrame]:
+    """Per shape of the step curves: the fitted part forms, and two residual summaries (per
+    shape and part, median and worst absolute residual in %): the parts' forms, and the step
+    model's own form (:func:`speclab.predict.stepparts.fit_step_model_form`) on whole steps."""
+    from speclab.predict.stepparts import fit_part_forms, fit_step_model_form
+
+    forms, parts, steps = {}, [], []
+    for shape in frame["shape"].unique():
+        forms[shape] = fit_part_forms(frame, shape)
+        parts.append(forms[shape].fit_table())
+        _, table = fit_step_model_form(frame, shape)
+        steps.append(table.assign(part="step", form="step model (sequences, context, draft tokens)"))
+    part_table = pd.concat(parts, ignore_index=True).assign(form="parts (this issue's forms)")
+    both = pd.concat([part_table, *steps], ignore_index=True)
+    summary = (both.assign(abs_residual_pct=both["residual_pct"].abs())
+               .groupby(["shape", "form", "part"], as_index=False, sort=False)["abs_residual_pct"]
+               .agg(median_abs_residual_pct="median", max_abs_residual_pct="max", points="count"))
+    return forms, both, summary
+
+
+def standin_table(frame: pd.DataFrame, n: int) -> pd.DataFrame:
+    """Per shape, context and batch, each part's verify step ``T(B, n)`` and ``baseline_slope``'s
+    stand-in ``T(B*n, 1)`` as multiples of the decode step ``T(B, 1)`` (``n`` as measured, else
+    the nearest measured)."""
+    from speclab.predict.stepparts import verify_vs_standin
+
+    table = verify_vs_standin(frame)
+    if table.empty:
+        raise SpeclabError("The GPU step curves have no verify point with its decode and stand-in points.")
+    near = int(table["n"].iloc[(table["n"] - n).abs().argsort().iloc[0]])
+    pick = table[table["n"] == near]
+    wide = pick.pivot_table(index=["shape", "context", "batch"], columns="part",
+                            values=["verify_over_decode", "standin_over_decode"], sort=False)
+    wide.columns = [f"{part} {'verify' if kind.startswith('verify') else 'stand-in'} (x decode)"
+                    for kind, part in wide.columns]
+    out = wide.reset_index()
+    out.insert(3, "n", near)
+    return out
+
+
+def seeds_parts(explanation: SeedsExplanation, routing: str | None = None, curve: str = "TP-8 rank") -> pd.DataFrame:
+    """One routing and MoE line of the seeds' decomposition (the waterfall's rows)."""
+    parts = explanation.parts
+    routing = routing or str(parts["routing"].iloc[0])
+    pick = parts[(parts["routing"] == routing) & (parts["moe_curve"] == curve)]
+    if pick.empty:
+        raise SpeclabError(f"The seeds' decomposition has no {routing!r} / {curve!r} rows.")
+    return pick.reset_index(drop=True)
+
+
+def seeds_forms(forms: dict[str, PartForms]) -> PartForms:
+    """The fitted forms of one TP-8 rank of Kimi-K2.5, which the seeds' case runs on."""
+    if RANK_SHAPE not in forms:
+        raise SpeclabError(f"The GPU step curves have no {RANK_SHAPE!r} shape; time it with benchmarks/gpu_step.py.")
+    return forms[RANK_SHAPE]
+
+
+def seeds_moe_costs(gpu: pd.DataFrame, forms: PartForms | None = None) -> dict[str, MoECost]:
+    """The two MoE lines for the seeds' case: one TP-8 rank of Kimi-K2.5 (1/8 slices of 384
+    experts, from the step curves) and the full-expert layer (the layer benchmark)."""
+    return {"TP-8 rank": rank_moe(forms or rank_forms()),
+            "full-expert layer": full_expert_moe(curve_for(gpu, "kimi-k2.5"))}
+
+
+def seeds_explanation(scenario: SeedScenario, acceptance: dict[str, Any], costs: dict[str, MoECost],
+                      routings: list[RoutingModel], forms: PartForms | None = None) -> SeedsExplanation:
+    """The seeds' n-gram prediction in parts (:func:`speclab.moe.seeds.explain_seeds`) for every
+    routing and both MoE lines."""
+    return explain_seeds(scenario, acceptance, moe_curves=costs, routings=[r.label for r in routings],
+                         forms=forms)
+
+
+def seeds_case(params: MoESpecParams, scenario: SeedScenario, costs: dict[str, MoECost],
+               routings: list[RoutingModel], acceptance: dict[str, Any],
+               forms: PartForms | None = None) -> pd.DataFrame:
+    """Predicted tok/s per option x routing x MoE line x budget x concurrency on the seeds'
+    deployment, with whether the prediction falls in the band the team measured, and the
+    routing mass a sequence's verify group keeps under each budget (the acceptance proxy)."""
     budgets: list[int | None] = [None, *sorted(set(params.budgets))]
     options = seeds_options(params, acceptance)
     frames = []
     strategies: tuple[Strategy, ...] = ("substitution", "truncation")
+    forms = forms or rank_forms()
     for routing in routings:
-        table = predict_budget_speedups(scenario, curve, routing, options, budgets, strategies=strategies)
         mass = {}
         for opt in options:
             group = max(int(round(float(opt["verified_tokens_per_seq"]))), 1)
             sweep = budget_sweep(routing, group, sorted(set(params.budgets)), strategies, samples=100)
             mass.update({(opt["option"], st, int(b)): float(m)
                          for st, b, m in zip(sweep["strategy"], sweep["budget"], sweep["mass_kept"], strict=True)})
-        table["mass_kept"] = [1.0 if b == "none" else mass[(o, st, int(b))]
-                              for o, st, b in zip(table["option"], table["strategy"], table["budget"], strict=True)]
-        frames.append(table)
+        for cost in costs.values():
+            table = predict_budget_speedups(scenario, forms, cost, routing, options, budgets, strategies=strategies)
+            table["mass_kept"] = [1.0 if b == "none" else mass[(o, st, int(b))]
+                                  for o, st, b in zip(table["option"], table["strategy"], table["budget"], strict=True)]
+            frames.append(table)
     table = pd.concat(frames, ignore_index=True)
     lo, hi = scenario.measured_ngram_change
     table["within_measured_band"] = table["predicted_speedup"].between(1 + lo, 1 + hi)
@@ -346,11 +474,13 @@ def best_budgets(table: pd.DataFrame, min_mass_kept: float = 0.95) -> pd.DataFra
     keeping at least ``min_mass_kept`` of the routing mass (tighter ones would cost acceptance
     that is not modelled here)."""
     rows = []
-    for (option, routing, c), part in table.groupby(["option", "routing", "concurrency"], sort=False):
+    for (option, routing, curve, c), part in table.groupby(["option", "routing", "moe_curve", "concurrency"],
+                                                           sort=False):
         none = part[part["budget"] == "none"]["predicted_speedup"].iloc[0]
         allowed = part[part["mass_kept"] >= min_mass_kept] if "mass_kept" in part else part
         best = allowed.loc[allowed["predicted_speedup"].idxmax()]
-        rows.append({"option": option, "routing": routing, "concurrency": c, "speedup_no_budget": none,
+        rows.append({"option": option, "routing": routing, "moe_curve": curve, "concurrency": c,
+                     "speedup_no_budget": none,
                      "best_budget": str(best["budget"]), "best_strategy": str(best.get("strategy", "-")),
                      "mass_kept": best.get("mass_kept", 1.0),
                      "speedup_best_budget": best["predicted_speedup"],
@@ -365,7 +495,8 @@ def borrowed_figures() -> pd.DataFrame:
 
 def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFrame, best: pd.DataFrame,
                       seeds: pd.DataFrame, acceptance: dict[str, Any],
-                      engine: pd.DataFrame | None = None) -> list[str]:
+                      engine: pd.DataFrame | None = None,
+                      explanation: SeedsExplanation | None = None) -> list[str]:
     """Plain sentences for the report section, from the tables (nothing hard-coded)."""
     out = []
     if engine is not None and not engine.empty and (engine["k"] > 0).any():
@@ -392,10 +523,12 @@ def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFra
                    f"experts and keeps {b['mass_kept']:.0%} of the routing mass (a proxy, not accuracy).")
     ngram = seeds[(seeds["option"].str.startswith("ngram")) & (seeds["budget"] == "none")]
     band = ngram[ngram["within_measured_band"]]
-    where = ", ".join(f"{r.routing} @ {r.concurrency}" for r in band.itertuples()) or "no concurrency"
+    where = ", ".join(f"{r.routing} / {r.moe_curve} @ {r.concurrency}" for r in band.itertuples()) or "no concurrency"
     out.append(f"Seeds' case with n-gram at {acceptance['tokens_per_step']:.2f} tokens per step "
-               f"({'replayed' if acceptance['measured'] else 'assumed'}): the predicted loss falls in the "
+               f"({acceptance.get('label', 'assumed')}: {acceptance['source']}): the predicted loss falls in the "
                f"measured 9-26 % band at {where}.")
+    if explanation is not None:
+        out += explanation.statements[1:]
     flips = best[best["turns_positive"]]
     if flips.empty:
         out.append("No budget that keeps enough routing mass turns a losing option positive at any concurrency.")
@@ -409,18 +542,18 @@ def summary_sentences(ref: pd.DataFrame, curve: VerifyCurve, budgets: pd.DataFra
 
 
 def explain_seeds_moe(scenario: SeedScenario, baseline_run: str | None = None) -> pd.DataFrame:
-    """``speclab explain-seeds --moe``: per option x concurrency, the unbudgeted prediction
-    with the shipped H200 Kimi curve (Zipf 1.0 routing) and the best budget."""
+    """``speclab explain-seeds --moe``: per option x MoE line x concurrency, the unbudgeted
+    prediction (Zipf 1.0 routing) and the best budget."""
     params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=baseline_run)
     try:
         acceptance = ngram_acceptance(params, scenario)  # reasoning prompts where the run has them
     except SpeclabError:
         params = params.model_copy(update={"acceptance_category": None})
         acceptance = ngram_acceptance(params, scenario)
-    curve = curve_for(gpu_bench_frame(params), "kimi-k2.5")
-    routing = parse_routing("zipf1.0", 384, 8)
-    table = seeds_case(params, scenario, curve, [routing], acceptance)
+    costs = seeds_moe_costs(gpu_bench_frame(params))
+    routing = parse_routing("zipf1.0", scenario.routed_experts, scenario.experts_per_token)
+    table = seeds_case(params, scenario, costs, [routing], acceptance)
     best = best_budgets(table, params.min_mass_kept)
-    ngram = "replayed" if acceptance["measured"] else "assumed"
-    best.insert(0, "acceptance", [ngram if o.startswith("ngram") else "borrowed" for o in best["option"]])
+    label = f"{acceptance['label']} ({STAND_IN_NAME} stand-in)" if acceptance.get("stand_in") else acceptance["label"]
+    best.insert(0, "acceptance", [label if o.startswith("ngram") else "borrowed" for o in best["option"]])
     return best

@@ -43,10 +43,8 @@ scheduling), with the number of verified tokens known from counters. The fit is 
 on calibration prompts and applied to other prompts and other options (suffix, other
 k), whose drafts come from :mod:`speclab.predict.replay`.
 
-The seeds' scenario (Kimi-K2.5 on 8 PCIe GPUs) has no server here; its step time is
-built from what was measured there (:class:`ComponentStepTime`): the baseline tok/s
-points give ``T(B, 1)`` and the time per token in a step; the MoE verify multipliers
-measured on an H200 give the MoE share's growth with tokens.
+The seeds' scenario (Kimi-K2.5 on 8 PCIe GPUs, :class:`SeedScenario`) has no server here:
+:mod:`speclab.moe.seeds` builds its step time in parts (:mod:`speclab.predict.stepparts`).
 """
 
 from __future__ import annotations
@@ -54,7 +52,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -64,7 +62,6 @@ from speclab.errors import SpeclabError
 
 __all__ = [
     "CalibratedStepTime",
-    "ComponentStepTime",
     "SeedScenario",
     "StepCost",
     "StepTimeModel",
@@ -73,7 +70,6 @@ __all__ = [
     "best_k",
     "break_even_acceptance_length",
     "expected_tokens_per_step",
-    "explain_seed_ngram_loss",
     "fit_step_cost",
     "fit_step_time",
     "leviathan_speedup",
@@ -144,7 +140,7 @@ class VerifyCost(BaseModel):
     overhead_s: float = Field(0.0, ge=0, description="per step with speculation on (proposer, sampler, scheduling)")
     per_token_s: float = Field(..., ge=0, description="cost of the first extra verified token in a step")
     exponent: float = Field(1.0, gt=0, le=1.5, description="< 1: each further token in a step costs less")
-    knee_tokens: float = Field(1.0, ge=1.0, le=64.0,
+    knee_tokens: float = Field(1.0, ge=1.0, le=4096.0,
                                description="tokens in a step below which an extra token is free (memory-bound)")
     source: str = Field("given", description="where the figures come from (run folders, fit)")
 
@@ -332,6 +328,13 @@ class CalibratedStepTime:
     # when set, ``verify`` is its speculative part and the level simulation prices each step.
     steps: StepCost | None = None
     step_data: pd.DataFrame | None = None
+    # Sources other than a fitted calibration run: resamples of the verify cost for the
+    # interval (the probe's repeats, the baseline's levels, or the stated spread of given
+    # figures), and the range of what running in speculative mode costs per step, which no
+    # probe sees (None: measured, inside ``verify.overhead_s``, as calibrate does).
+    verify_draws: list[VerifyCost] | None = None
+    spec_mode_overhead_s: tuple[float, float] | None = None
+    origin: str = ""  # probe | calibrate | baseline_slope | explicit: how the verify cost is known
 
     def __post_init__(self) -> None:
         frame = self.baseline.groupby("batch", as_index=False)["step_s"].mean().sort_values("batch")
@@ -382,6 +385,9 @@ class CalibratedStepTime:
             "extra_ms_at_1_4_16_tokens": [round(self.verify.extra_s(x) * 1e3, 3) for x in (1, 4, 16)],
             "baseline_per_token_ms": slope * 1e3 if slope is not None else None,
             "source": self.verify.source,
+            "spec_mode_overhead_ms": (None if self.spec_mode_overhead_s is None
+                                      else [round(v * 1e3, 3) for v in self.spec_mode_overhead_s]),
+            "notes": list(self.notes),
             "step_model": None if self.steps is None else {
                 "step_ms_by_decoding_sequences": {f"{k:g}": round(v * 1e3, 3)
                                                   for k, v in zip(self.steps.seq_knots, self.steps.seq_step_s,
@@ -420,6 +426,7 @@ def fit_step_time(
     fit_overhead: bool = True,
     exponent: float | None = None,
     knee_tokens: float | None = 1.0,
+    knees: Sequence[float] | None = None,
 ) -> CalibratedStepTime:
     """Calibrate :class:`CalibratedStepTime` from measurements.
 
@@ -474,7 +481,7 @@ def fit_step_time(
     if knee_tokens is not None:
         knees = [float(knee_tokens)]
     else:
-        knees = list(KNEE_GRID) if len(points) >= 6 else [1.0]
+        knees = list(knees or KNEE_GRID) if len(points) >= 6 else [1.0]
     best: tuple[float, float, float, float, float] | None = None
     for knee in knees:
         priced = np.maximum(b + x, knee) - np.maximum(b, knee)
@@ -658,30 +665,16 @@ def _nearest(table: dict[float, float]) -> Callable[[float], float]:
 # --------------------------------------------------------------------------- the seeds' scenario
 
 
-def _moe_layer_fit(uniform: Mapping[int, float], experts: int, top_k: int) -> float:
-    """The fixed part ``a`` (in expert-equivalents) of ``layer time ~ a + distinct experts``,
-    least-squares over the uniform-routing measurements (distinct experts: docs/measurement.md section 7)."""
-    best, best_err = 0.0, math.inf
-    for a in np.linspace(0.0, 20.0, 2001):
-        err = 0.0
-        for n, measured in uniform.items():
-            predicted = (a + _distinct_uniform(n, experts, top_k)) / (a + top_k)
-            err += (predicted - measured) ** 2
-        if err < best_err:
-            best, best_err = float(a), err
-    return best
-
-
-def _distinct_uniform(tokens: float, experts: int, top_k: int) -> float:
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
-
-
 class SeedScenario(BaseModel):
-    """The motivating deployment (Kimi-K2.5, 8 PCIe GPUs) as measured by the seeds' team.
+    """The motivating deployment (Kimi-K2.5, 8 PCIe GPUs) as measured by the seeds' team, with
+    every figure the seeds did not give named as such.
 
-    Defaults are the seeds' figures; ``alpha``/``draft_fraction`` describe the n-gram
-    acceptance assumed (the seeds do not give it: alpha 0.5 at k 4 is what makes the naive
-    model say ~2x, the team's expectation).
+    Measured by the seeds: the decode profile's shares, the baseline tok/s points and the n-gram
+    loss. Assumed here: the concurrency the profile was taken at, the context each sequence
+    decodes at, and n-gram's acceptance (``alpha``, when no baseline is replayed). Borrowed: the
+    all-reduce's bus bandwidth past the latency-bound sizes and the speculative mode's own
+    overhead per step. :mod:`speclab.moe.seeds` turns it into a step model in parts
+    (docs/moe.md section 5).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -694,19 +687,28 @@ class SeedScenario(BaseModel):
     baseline_tok_s: dict[int, float] = Field(
         default_factory=lambda: {1: 82.5, 128: 1536.0}, description="concurrency -> measured baseline tok/s"
     )
-    moe_verify_multipliers: dict[str, dict[int, float]] = Field(
-        default_factory=lambda: {
-            "uniform": {2: 1.91, 4: 3.60, 8: 6.88},
-            "zipf1.0": {2: 1.40, 4: 1.69, 8: 2.18},
-        },
-        description="routing -> tokens n -> MoE layer time / one-token time (H200, Kimi-shaped layer, bf16)",
-    )
+    profile_concurrency: int = Field(
+        1, ge=1, description="concurrency the decode profile was taken at (the seeds did not say: assumed)")
+    context_tokens: int = Field(
+        2048, ge=1, description="context each sequence attends to while decoding (assumed: a thinking-on answer)")
+    hidden_size: int = Field(7168, ge=1, description="all-reduce message per token = hidden x 2 bytes")
+    layers: int = Field(61, ge=1, description="transformer layers (two all-reduces each under TP)")
+    tensor_parallel: int = Field(8, ge=2, description="GPUs in the all-reduce")
+    allreduce_bus_gb_s: float = Field(
+        22.2, gt=0, description="all-reduce bus bandwidth past the latency-bound sizes (borrowed: NCCL, 8 PCIe GPUs)")
+    spec_mode_overhead_ms: tuple[float, float] = Field(
+        (1.2, 3.5), description="[low, high] ms per speculative step that no probe sees (borrowed; docs/moe.md)")
+    scaling: Literal["parts", "linear_in_tokens"] = Field(
+        "parts", description="parts: each part by what it is; linear_in_tokens: the old assumption, every "
+                             "non-MoE part growing with the step's tokens as if each draft token were a new sequence")
+    unexplained_scaling: Literal["sequences", "tokens", "off"] = Field(
+        "sequences", description="the measured baseline step minus the parts: grows with sequences (per-request "
+                                 "work, longer contexts; default), with the step's tokens, or left out (assumed)")
     routed_experts: int = 384
     experts_per_token: int = 8
     num_speculative_tokens: int = Field(4, ge=1, le=16)
-    alpha: float = Field(0.5, ge=0, le=1, description="per-token n-gram acceptance when a draft exists")
+    alpha: float = Field(0.5, ge=0, le=1, description="per-token n-gram acceptance when a draft exists (assumed)")
     draft_fraction: float = Field(1.0, gt=0, le=1, description="share of steps where n-gram finds a match")
-    draft_overhead_s: float = Field(0.0, ge=0, description="per step: proposer + lost async scheduling")
     load_time_s: float = Field(1800.0, gt=0, description="a restart (~30 min)")
     measured_ngram_change: tuple[float, float] = Field(
         (-0.26, -0.09), description="what the team measured: n-gram 9-26 % slower"
@@ -716,8 +718,9 @@ class SeedScenario(BaseModel):
     @field_validator("decode_budget")
     @classmethod
     def _shares(cls, value: dict[str, float]) -> dict[str, float]:
-        if "moe_gemm" not in value:
-            raise ValueError("decode_budget needs a 'moe_gemm' share")
+        missing = {"all_reduce", "attention", "other_gemm", "moe_gemm"} - set(value)
+        if missing:
+            raise ValueError(f"decode_budget needs shares for {', '.join(sorted(missing))}")
         if any(v < 0 for v in value.values()) or sum(value.values()) > 1.0 + 1e-9:
             raise ValueError("decode_budget shares must be >= 0 and add up to at most 1")
         return value
@@ -729,106 +732,17 @@ class SeedScenario(BaseModel):
             raise ValueError("baseline_tok_s needs two or more concurrency levels with tok/s > 0")
         return value
 
-    def step_model(self, routing: str = "uniform") -> ComponentStepTime:
-        if routing not in self.moe_verify_multipliers:
-            raise SpeclabError(
-                f"No MoE verify measurement for routing {routing!r}; "
-                f"choose one of {', '.join(self.moe_verify_multipliers)}."
-            )
-        return ComponentStepTime(self, routing)
+    @field_validator("spec_mode_overhead_ms")
+    @classmethod
+    def _range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0 <= value[0] <= value[1]:
+            raise ValueError("spec_mode_overhead_ms must be [low, high] with 0 <= low <= high")
+        return value
 
-
-class ComponentStepTime:
-    """T(B, n) for the seeds' deployment, from its measurements.
-
-    ``T(B, 1)``: the baseline points (``step = B / tok_s``), linear in the tokens of a
-    step between and beyond them: ``a + b * tokens``. A step verifying ``n`` tokens per
-    sequence holds ``B*n`` tokens. Non-MoE components (all-reduce, attention, dense GEMMs,
-    the rest: ``1 - moe`` of the budget) scale like the baseline does with tokens,
-    ``(a + b*B*n) / (a + b*B)``; the MoE share scales with the measured verify
-    multipliers, which follow the distinct experts touched: ``(c + D(tokens)) / (c + D(B))``
-    with ``c`` fitted to the uniform measurements (they agree within 3 %). Between measured
-    token counts the multipliers are interpolated; past them (a batch holds B*n tokens)
-    they follow the power law through the last two points, capped by the distinct-experts
-    curve (uniform routing saturates once every expert is touched). Assumption (stated, not measured): the profile's shares hold at every
-    batch size.
-    """
-
-    def __init__(self, scenario: SeedScenario, routing: str = "uniform") -> None:
-        self.scenario = scenario
-        self.routing = routing
-        points = sorted((c, c / tok_s) for c, tok_s in scenario.baseline_tok_s.items())
+    def baseline_step_s(self, concurrency: float) -> float:
+        """The measured decode step (concurrency / tok/s), linear in concurrency between and past
+        the measured points."""
+        points = sorted((c, c / tok_s) for c, tok_s in self.baseline_tok_s.items())
         xs = np.array([p[0] for p in points], float)
         ys = np.array([p[1] for p in points], float)
-        self.per_token_s, self.fixed_s = (float(v) for v in np.polyfit(xs, ys, 1))
-        self.moe_share = scenario.decode_budget["moe_gemm"]
-        e, top_k = scenario.routed_experts, scenario.experts_per_token
-        self._a = _moe_layer_fit(scenario.moe_verify_multipliers["uniform"], e, top_k)
-        measured = {1: 1.0, **scenario.moe_verify_multipliers[routing]}
-        self._moe_ns = np.array(sorted(measured), float)
-        self._moe_ms = np.array([measured[int(n)] for n in self._moe_ns], float)
-
-    def _moe_multiplier(self, tokens: float) -> float:
-        """MoE layer time for ``tokens`` tokens / time for one token."""
-        ns, ms = self._moe_ns, self._moe_ms
-        if tokens <= ns[-1]:
-            return float(np.interp(tokens, ns, ms))
-        # Past the measurements (an assumption): the power law through the last two
-        # measured points, never above the uniform-routing distinct-experts curve scaled
-        # to the last point (skewed routing cannot touch more experts than uniform).
-        e, top_k, a = self.scenario.routed_experts, self.scenario.experts_per_token, self._a
-        gamma = math.log(ms[-1] / ms[-2]) / math.log(ns[-1] / ns[-2])
-        power = ms[-1] * (tokens / ns[-1]) ** gamma
-        uniform = (a + _distinct_uniform(tokens, e, top_k)) / (a + _distinct_uniform(ns[-1], e, top_k)) * ms[-1]
-        return float(min(power, uniform))
-
-    def baseline_step_s(self, batch: float) -> float:
-        return self.fixed_s + self.per_token_s * batch
-
-    def step_time_s(self, batch: float, verified_tokens_per_seq: float = 1.0) -> float:
-        base = self.baseline_step_s(batch)
-        tokens = batch * verified_tokens_per_seq
-        other = (self.fixed_s + self.per_token_s * tokens) / base
-        moe = self._moe_multiplier(tokens) / self._moe_multiplier(batch)
-        return base * ((1.0 - self.moe_share) * other + self.moe_share * moe) + (
-            self.scenario.draft_overhead_s if verified_tokens_per_seq > 1.0 else 0.0)
-
-
-def explain_seed_ngram_loss(scenario: SeedScenario | None = None, alphas: Sequence[float] | None = None) -> pd.DataFrame:
-    """Naive vs calibrated predictions for n-gram on the seeds' deployment.
-
-    One row per alpha x routing x concurrency: the naive model (verify cost 1x, drafting
-    free: speedup = tokens per step, ~2x at the scenario's alpha) next to the calibrated
-    one (:class:`ComponentStepTime`), the verify cost ratio T(B, 1+k)/T(B, 1), the
-    break-even acceptance length, and whether the calibrated prediction falls in the band
-    the team measured (9-26 % slower). ``alphas`` defaults to the scenario's own.
-    """
-    scenario = scenario or SeedScenario()
-    k, f = scenario.num_speculative_tokens, scenario.draft_fraction
-    lo, hi = scenario.measured_ngram_change
-    rows = []
-    for alpha in alphas if alphas is not None else [scenario.alpha]:
-        drafted = expected_tokens_per_step(alpha, k)
-        tokens = 1.0 + f * (drafted - 1.0)
-        verified = 1.0 + f * k
-        for routing in scenario.moe_verify_multipliers:
-            model = scenario.step_model(routing)
-            for c in scenario.concurrency:
-                row = predict_speedup(model, c, tokens, verified)
-                rows.append({
-                    "routing": routing,
-                    "concurrency": c,
-                    "k": k,
-                    "alpha": alpha,
-                    "draft_fraction": f,
-                    "mean_acceptance_length": drafted,
-                    "baseline_tok_s": row["baseline_tok_s"],
-                    "naive_speedup": tokens,
-                    "naive_tok_s": row["baseline_tok_s"] * tokens,
-                    "verify_cost_ratio": row["verify_cost_ratio"],
-                    "calibrated_speedup": row["speedup"],
-                    "calibrated_tok_s": row["spec_tok_s"],
-                    "break_even_acceptance_length": break_even_acceptance_length(model, c, k, f),
-                    "within_measured_band": 1 + lo <= row["speedup"] <= 1 + hi,
-                })
-    return pd.DataFrame(rows)
+        return _interp(float(concurrency), xs, ys)

@@ -53,6 +53,7 @@ from speclab.predict.costmodel import (
 from speclab.predict.levelsim import SimRequest, simulate_level
 from speclab.predict.replay import ReplayResult, baseline_requests, replay_option
 from speclab.predict.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, prompt_tokens, run_steps
+from speclab.stats import INSTANCE_SD
 
 __all__ = [
     "calibrate_from_runs",
@@ -70,10 +71,6 @@ __all__ = [
 ]
 
 
-# One server instance's decode step time against another's, same host, same prompts, same
-# (deterministic) outputs: baseline instances of the predictor benchmark differed by 0.9-7 %
-# (RMS 5 %, so ~3.5 % each) on the embedded server, 2026-12-01 (docs/predictor.md).
-INSTANCE_SD = 0.035
 
 
 # --------------------------------------------------------------------------- run readers
@@ -310,7 +307,8 @@ def calibrate_from_runs(baseline_run_dir: str | Path, spec_run_dir: str | Path, 
     cost = _stream_fit(steps, f"{source} ({len(steps)} engine steps)")
     if cost is None:
         model = fit_step_time(base[["batch", "step_s"]], points, source=source, knee_tokens=knee_tokens)
-        model.notes.append("the runs carry no chunk timing: verify cost fitted on level means, no step model")
+        model.notes.append("the runs carry no chunk timing: the verify cost falls back to a fit on level means, "
+                           "no step model")
         return model
     return CalibratedStepTime(base[["batch", "step_s"]], cost.speculative, points=level_point_extras(points, cost.speculative),
                               steps=cost, step_data=steps)
@@ -334,7 +332,9 @@ def with_baseline_steps(cost_model: CalibratedStepTime, baseline_run_dir: str | 
     if cost is None:
         return cost_model
     return CalibratedStepTime(cost_model.baseline, cost.speculative, points=cost_model.points,
-                              notes=list(cost_model.notes), steps=cost, step_data=joined)
+                              notes=list(cost_model.notes), steps=cost, step_data=joined,
+                              verify_draws=cost_model.verify_draws, spec_mode_overhead_s=cost_model.spec_mode_overhead_s,
+                              origin=cost_model.origin)
 
 
 def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, note: str | None = None,
@@ -347,9 +347,36 @@ def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, not
                        f"{source} verify cost; the rest of a step from {Path(baseline_run_dir).name}'s own steps")
     if cost is not None:
         model.steps = cost.model_copy(update={"speculative": verify})
+    else:
+        model.notes.append("the baseline's streams gave too few engine steps for a step model: steps fall "
+                           "back to the level means (no context or prefill terms)")
     if note:
         model.notes.append(note)
     return model
+
+
+def slope_verify_cost(baseline_run_dir: str | Path, draws: int = 200,
+                      seed: int = 0) -> tuple[VerifyCost, list[VerifyCost], str]:
+    """``baseline_slope``: the baseline's own cost of one more sequence in a step standing in for
+    a verified token (assumed), with draws refitted on resampled levels for the interval."""
+    base = level_timings(baseline_run_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
+    slope = fit_step_time(base, None, source="baseline slope")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(draws):
+        sample = base.iloc[rng.integers(0, len(base), len(base))]
+        if sample["batch"].nunique() < 2:
+            out.append(slope.verify)
+            continue
+        out.append(fit_step_time(sample, None, source="baseline slope draw").verify)
+    return slope.verify, out, slope.notes[0]
+
+
+def stated_draws(verify: VerifyCost, relative_sd: float, draws: int = 200, seed: int = 0) -> list[VerifyCost]:
+    """``explicit`` figures with their stated uncertainty: log-normal multiples of the per-token cost."""
+    rng = np.random.default_rng(seed)
+    return [verify.model_copy(update={"per_token_s": verify.per_token_s * f})
+            for f in rng.lognormal(0.0, relative_sd, draws)]
 
 
 # --------------------------------------------------------------------------- predictions
@@ -478,6 +505,7 @@ def predict_from_baseline(
     base = _pool(timing, ["concurrency"]).set_index("concurrency")
     by_cat, by_all = _replay_frames(replay)
     rng = np.random.default_rng(seed)
+    dtype = _served_dtype(baseline_run_dir)
     cost_model = with_baseline_steps(cost_model, baseline_run_dir)
     verify_draws = _verify_cost_draws(cost_model, resamples, rng)
     base_requests = _requests(baseline_run_dir)
@@ -496,7 +524,7 @@ def predict_from_baseline(
             k = replay.k
             speedup = tokens * base_step / spec_step
             interval = _speedup_interval(
-                replay.requests, base_requests, r["category"], int(c), batch, base_step, verify_draws,
+                replay.requests, r["category"], int(c), batch, base_step, verify_draws,
                 level_mix=batch_mix == "level", confidence=confidence, rng=rng, instance_sd=instance_sd)
             # Inside the measured mix (and for the whole level) the level is stepped through:
             # the batch the option decodes at, not the baseline's (docs/predictor.md).
@@ -507,6 +535,9 @@ def predict_from_baseline(
                 speedup, spec_step = sim["speedup"], spec_step / factor
                 spec_batch = batch * sim["spec_batch"] / sim["baseline_batch"]
                 interval = _scaled_interval(interval, factor)
+            ranged = _overhead_range(speedup, spec_step, interval, cost_model.spec_mode_overhead_s)
+            speedup, interval = ranged["speedup"], ranged["interval"]
+            spec_step += ranged["overhead_s"]
             spec_for_break_even = base_step + cost_model.extra_s(batch, 1.0 + draft_fraction * k)
             break_even = (1.0 + (spec_for_break_even / base_step - 1.0) / draft_fraction
                           if draft_fraction > 0 else math.nan)
@@ -521,6 +552,13 @@ def predict_from_baseline(
                 "baseline_tok_s": batch / base_step, "predicted_tok_s": batch * tokens / spec_step,
                 "predicted_speedup": speedup,
                 **interval,
+                "break_even_overhead_ms": ranged["break_even_overhead_ms"],
+                "spec_mode_overhead_ms": ranged["range_text"],
+                "verify_cost_source": cost_model.origin or cost_model.verify.source,
+                "dtype": dtype,
+                "predicted_interval_width_pct": (
+                    (interval["predicted_speedup_high"] - interval["predicted_speedup_low"]) / speedup * 100
+                    if interval["predicted_speedup_low"] is not None and speedup else None),
                 "break_even_acceptance_length": break_even,
                 "loses": speedup < 1.0,
                 **{f"acceptance_pos{i + 1}": r.get(f"acceptance_pos{i + 1}") for i in range(k)},
@@ -550,6 +588,9 @@ def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Ge
     steps, in blocks of :data:`STEP_BLOCK` consecutive steps of a level, where the model was
     fitted on the stream; else of its level points (the exponent kept); the fitted cost
     alone when there are fewer than three points."""
+    if cost_model.verify_draws:  # made with the model (probe repeats, baseline levels, stated spread)
+        picked = rng.integers(0, len(cost_model.verify_draws), n)
+        return [cost_model.verify_draws[i] for i in picked]
     steps = cost_model.step_data
     if cost_model.steps is not None and steps is not None and not steps.empty:
         blocks = steps.groupby([steps["run"], steps["level"], steps["step"] // STEP_BLOCK], sort=False).indices
@@ -574,18 +615,18 @@ def _verify_cost_draws(cost_model: CalibratedStepTime, n: int, rng: np.random.Ge
     return draws
 
 
-def _ratio_draws(numerator: np.ndarray, denominator: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """sum(num)/sum(den) over ``n`` bootstrap resamples of the rows."""
+def _ratio_draws(numerator: np.ndarray, denominator: np.ndarray, n: int, rng: np.random.Generator,
+                 idx: np.ndarray | None = None) -> np.ndarray:
+    """sum(num)/sum(den) over ``n`` bootstrap resamples of the rows (or the given indices)."""
     if len(numerator) == 0:
         return np.full(n, np.nan)
-    idx = rng.integers(0, len(numerator), (n, len(numerator)))
+    idx = rng.integers(0, len(numerator), (n, len(numerator))) if idx is None else idx
     den = denominator[idx].sum(axis=1)
     return np.where(den > 0, numerator[idx].sum(axis=1) / np.where(den > 0, den, 1), np.nan)
 
 
 def _speedup_interval(
     replayed: pd.DataFrame,
-    baseline: pd.DataFrame,
     category: str,
     concurrency: int,
     batch: float,
@@ -597,21 +638,27 @@ def _speedup_interval(
     rng: np.random.Generator,
     instance_sd: float = 0.0,
 ) -> dict[str, Any]:
-    """The interval and verdict of one cell's predicted speedup (see predict_from_baseline)."""
+    """The interval and verdict of one cell's predicted speedup (see predict_from_baseline).
+
+    Both arms run the same prompts, so one resample of the cell's requests serves both: the
+    prompt mix moves the baseline's decode time and the option's alike and cancels in the
+    ratio (resampling each arm on its own counted it twice), and the replayed tokens per step
+    and verified tokens per step come from the same requests. What is left between the arms
+    is each server instance's own speed (``instance_sd``, one log-normal factor per arm).
+    """
     n = len(verify_draws)
     at_c = replayed[replayed["concurrency"] == concurrency]
     cell = at_c if category == "all" else at_c[at_c["category"] == category]
+    idx = rng.integers(0, len(cell), (n, len(cell))) if len(cell) else None
     steps = cell["decode_steps"].to_numpy(float)
-    tokens = _ratio_draws(cell["decode_tokens"].to_numpy(float), steps, n, rng)
-    mix = at_c if level_mix else cell
-    verified = 1.0 + _ratio_draws(mix["draft_tokens"].to_numpy(float), mix["decode_steps"].to_numpy(float), n, rng)
-    base_c = baseline[baseline["concurrency"] == concurrency]
-    if category != "all":
-        base_c = base_c[base_c["category"] == category]
-    decode_s, decode_tokens = base_c["decode_s"].to_numpy(float), base_c["decode_tokens"].to_numpy(float)
-    point_tpot = decode_s.sum() / decode_tokens.sum() if decode_tokens.sum() > 0 else np.nan
-    noise_base = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
-    noise_spec = _ratio_draws(decode_s, decode_tokens, n, rng) / point_tpot * rng.lognormal(0.0, instance_sd, n)
+    tokens = _ratio_draws(cell["decode_tokens"].to_numpy(float), steps, n, rng, idx)
+    if level_mix and category != "all":  # the level's mix sets the batch: its own requests
+        verified = 1.0 + _ratio_draws(at_c["draft_tokens"].to_numpy(float), at_c["decode_steps"].to_numpy(float),
+                                      n, rng)
+    else:
+        verified = 1.0 + _ratio_draws(cell["draft_tokens"].to_numpy(float), steps, n, rng, idx)
+    noise_base = rng.lognormal(0.0, instance_sd, n)
+    noise_spec = rng.lognormal(0.0, instance_sd, n)
     extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0), batch) for v, x in zip(verify_draws, verified, strict=True)])
     draws = tokens * (base_step * noise_base) / ((base_step + extra) * noise_spec)
     draws = draws[np.isfinite(draws)]
@@ -621,6 +668,49 @@ def _speedup_interval(
     low, high = (float(q) for q in np.quantile(draws, [tail, 1.0 - tail]))
     verdict = PREDICTED_WIN if low > 1.0 else PREDICTED_LOSS if high < 1.0 else PREDICTED_UNCLEAR
     return {"predicted_speedup_low": low, "predicted_speedup_high": high, "predicted_verdict": verdict}
+
+
+def _served_dtype(run_dir: str | Path) -> str | None:
+    from speclab.runs import read_json
+
+    manifest = read_json(Path(run_dir) / "manifest.json")
+    return (manifest.get("server") or {}).get("dtype") or (manifest.get("params") or {}).get("dtype")
+
+
+def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
+                    overhead_s: tuple[float, float] | None) -> dict[str, Any]:
+    """The prediction with the engine's own cost of speculative mode, which no probe sees, as a
+    range of seconds per speculative step: the point at its middle, the interval from the
+    dearest end's low to the cheapest end's high, "predicted to win" only where even the
+    dearest end wins (and "to lose" only where even the cheapest loses), else "unclear",
+    naming the overhead that decides it. ``speedup``, ``spec_step``: with no such overhead.
+    ``overhead_s`` None: measured already (calibrate), so only the break-even is added."""
+    break_even = max(spec_step * (speedup - 1.0), 0.0)
+    if overhead_s is None:
+        return {"speedup": speedup, "interval": interval, "overhead_s": 0.0,
+                "break_even_overhead_ms": break_even * 1e3, "range_text": "measured (calibrate)"}
+    low_o, high_o = overhead_s
+    mid = (low_o + high_o) / 2.0
+    at = lambda o: spec_step / (spec_step + o)  # noqa: E731 - the speedup's factor at overhead o
+    ranged = {"predicted_speedup_low": None, "predicted_speedup_high": None}
+    lo, hi = interval.get("predicted_speedup_low"), interval.get("predicted_speedup_high")
+    if lo is not None and hi is not None:
+        ranged = {"predicted_speedup_low": lo * at(high_o), "predicted_speedup_high": hi * at(low_o)}
+    text = f"{low_o * 1e3:g}-{high_o * 1e3:g} ms"
+    if ranged["predicted_speedup_low"] is None:
+        verdict = PREDICTED_UNCLEAR
+    elif ranged["predicted_speedup_low"] > 1.0:
+        verdict = PREDICTED_WIN
+    elif ranged["predicted_speedup_high"] < 1.0:
+        verdict = PREDICTED_LOSS
+    elif low_o <= break_even <= high_o:
+        verdict = (f"{PREDICTED_UNCLEAR}: wins unless speculative mode costs more than {break_even * 1e3:.1f} ms "
+                   f"a step (range {text})")
+    else:
+        verdict = f"{PREDICTED_UNCLEAR}: the interval includes 1 (speculative mode {text} a step)"
+    return {"speedup": speedup * at(mid), "overhead_s": mid,
+            "interval": {**ranged, "predicted_verdict": verdict},
+            "break_even_overhead_ms": break_even * 1e3, "range_text": text}
 
 
 def _scaled_interval(interval: dict[str, Any], factor: float) -> dict[str, Any]:

@@ -79,7 +79,8 @@ def collect(params: ReportParams) -> ReportBundle:
     for option in options:
         bundle.comparisons[option.label] = compare.paired_speedups(
             baseline.requests, option.requests, confidence=params.confidence,
-            n_resamples=params.bootstrap_resamples)
+            n_resamples=params.bootstrap_resamples,
+            instance_sd=tables.instance_spread(baseline, option, params.instance_sd))
     return bundle
 
 
@@ -107,10 +108,10 @@ def decision_rows(bundle: ReportBundle) -> pd.DataFrame:
                 "ci_high": cell["ci_high"],
                 "acceptance_rate": _level_value(option, c, "acceptance_rate"),
                 "mean_acceptance_length": _level_value(option, c, "mean_acceptance_length"),
-                "server_load_s": (option.server or {}).get("load_time_s"),
+                "restart_s": restart_cost(bundle, option)[0],
                 "verdict": cell["verdict"],
             })
-    return pd.DataFrame(rows)
+    return tables.mark_load(pd.DataFrame(rows), bundle.runs)
 
 
 def decision_table(bundle: ReportBundle) -> Styler | pd.DataFrame:
@@ -134,6 +135,7 @@ class DecisionRecord:
     baseline_run: str
     measured: pd.DataFrame  # per concurrency: predicted and measured speedup, acceptance, verdict
     restart_s: float | None
+    restart_source: str
     payback_h: float | None  # of the baseline's expected traffic; inf = never
     traffic: list[dict[str, float]]
     verdict: str  # one sentence
@@ -149,12 +151,25 @@ def _traffic(baseline: RunData) -> list[dict[str, float]]:
     return [dict(t) for t in traffic]
 
 
+def restart_cost(bundle: ReportBundle, option: RunData) -> tuple[float | None, str]:
+    """Seconds one restart into ``option`` costs, and where the figure comes from: the load
+    time measured when speclab started the option's server, else the baseline's
+    ``restart_minutes`` (an external server speclab did not restart), else unknown."""
+    measured = (option.server or {}).get("load_time_s")
+    if measured:
+        return float(measured), "measured when this run started its server"
+    given = (bundle.baseline.manifest.get("params") or {}).get("restart_minutes")
+    if given:
+        return float(given) * 60.0, "restart_minutes given to 01-baseline"
+    return None, "unknown"
+
+
 def measured_payback(bundle: ReportBundle, option: RunData) -> float | None:
     """Hours of the baseline's expected traffic until restarting into ``option`` pays back,
-    at the measured speedups (None when the restart time was not measured)."""
+    at the measured speedups (None when no restart cost is known)."""
     from speclab.predict.costmodel import payback_hours
 
-    load_s = option.server.get("load_time_s")
+    load_s, _ = restart_cost(bundle, option)
     rows = decision_rows(bundle)
     rows = rows[(rows["option"] == option.label) & rows["speedup"].notna()]
     if not load_s or rows.empty:
@@ -235,21 +250,23 @@ def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = N
     for option in bundle.options:
         mine = rows[rows["option"] == option.label]
         measured = mine[["concurrency", "speedup", "ci_low", "ci_high", "verdict", "acceptance_rate",
-                         "mean_acceptance_length"]].rename(columns={"acceptance_rate": "measured_acceptance_rate"})
+                         "mean_acceptance_length", *(["in_flight"] if "in_flight" in mine else [])]].rename(columns={"acceptance_rate": "measured_acceptance_rate"})
         predicted, note = _predicted_before(bundle, option)
         if not predicted.empty:
             measured = predicted.merge(measured, on="concurrency", how="right")
             order = ["concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
                      "speedup", "ci_low", "ci_high", "verdict",
                      "predicted_acceptance_rate", "measured_acceptance_rate", "mean_acceptance_length",
-                     "prediction_error_pct"]
+                     "prediction_error_pct", "in_flight"]
             measured = measured[[c for c in order if c in measured]]
         payback = measured_payback(bundle, option)
-        applies = tables.group_caveats([c for c in found if c.subject in (option.label, bundle.baseline.label)],
-                                       with_runs=False)
+        mine_or_all = (option.label, bundle.baseline.label)
+        applies = tables.group_caveats([c for c in found if c.subject in mine_or_all
+                                        or option.label in c.subject.split(" and ")], with_runs=False)
         records.append(DecisionRecord(
             option=option.label, run=tables.run_id(option.path), baseline_run=tables.run_id(bundle.baseline.path),
-            measured=measured.reset_index(drop=True), restart_s=option.server.get("load_time_s"),
+            measured=measured.reset_index(drop=True), restart_s=restart_cost(bundle, option)[0],
+            restart_source=restart_cost(bundle, option)[1],
             payback_h=payback, traffic=_traffic(bundle.baseline),
             verdict=_verdict_sentence(option.label, mine, payback), caveats=applies, prediction_note=note))
     return records
@@ -259,10 +276,10 @@ def render_record(record: DecisionRecord, confidence: float = 0.95) -> str:
     """A decision record as one self-contained HTML block (same in JupyterLab and the HTML)."""
     table = formatting.styled(record.measured, confidence=confidence).to_html()
     day = ", ".join(f"{t['hours_per_day']:g} h at concurrency {t['concurrency']:g}" for t in record.traffic)
-    restart = (f"{record.restart_s:.0f} s of downtime per restart (measured when this run started its server)"
-               if record.restart_s else "not measured (external server: speclab did not restart it)")
+    restart = (f"{record.restart_s:.0f} s of downtime per restart ({record.restart_source})" if record.restart_s
+               else "unknown (external server: speclab did not restart it; give restart_minutes to 01-baseline)")
     if record.payback_h is None:
-        payback = "not computed (no restart time measured)"
+        payback = "not computed (no restart cost: give restart_minutes to 01-baseline)"
     elif math.isfinite(record.payback_h):
         payback = f"after {_hours(record.payback_h)} of the expected day ({day})"
     else:
@@ -291,12 +308,24 @@ def opening(title: str, sentence: str) -> str:
             f"<b>Recommendation.</b> {html.escape(sentence)}</div>")
 
 
-def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None) -> str:
-    """The report's first sentence: what to do, and the measured evidence for it."""
+def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None,
+                   found: list[tables.Caveat] | None = None) -> str:
+    """The report's first sentence: what to do, and the measured evidence for it.
+
+    It recommends nothing over a CONTAMINATED comparison, an option whose outputs fail the
+    losslessness check, or intervals that all include 1 ("unclear"): it says why instead.
+    """
     rows = decision_rows(bundle)
     if rows.empty:
         return "No paired measurements: run 01-baseline and an option (02-ngram) on the same plan first."
-    records = records if records is not None else decision_records(bundle, [])
+    found = found if found is not None else report_caveats(bundle)
+    contaminated = next((c.message for c in found if c.message.startswith("CONTAMINATED")), None)
+    if contaminated:
+        return ("No recommendation: " + contaminated.split(": ", 1)[1].split(". Speed differences")[0]
+                + ", so the measured speed differences may come from the load, not the options; "
+                "rerun the arms on a quiet machine.")
+    broken = {c.subject for c in found if c.message.startswith("NOT lossless")}
+    records = records if records is not None else decision_records(bundle, found)
     paybacks = {r.option: r.payback_h for r in records}
     levels = _levels(sorted(int(c) for c in rows["concurrency"].unique()))
     scored = []
@@ -305,12 +334,22 @@ def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = 
         slower = cells[cells["verdict"] == compare.SLOWER]
         scored.append((len(faster) - len(slower), float(cells["speedup"].mean()), option, cells, faster, slower))
     scored.sort(key=lambda s: (s[0], s[1]), reverse=True)
+    if scored[0][2] in broken:
+        return (f"Do not restart into {scored[0][2]} yet: its greedy outputs differ from the baseline's beyond "
+                "the baseline's own noise (losslessness check), so its speed may come from wrong tokens; "
+                "recheck both arms in float32 first.")
     _, _, option, cells, faster, slower = scored[0]
     if faster.empty:
         best = rows.loc[rows["speedup"].idxmax()]
-        return (f"Keep the baseline: no option was measurably faster at any concurrency tested ({levels}); "
-                f"the closest was {best['option']} at concurrency {int(best['concurrency'])} with "
-                f"{formatting.interval_text(best['speedup'], best['ci_low'], best['ci_high'])}.")
+        closest = (f"{best['option']} at concurrency {int(best['concurrency'])} with "
+                   f"{formatting.interval_text(best['speedup'], best['ci_low'], best['ci_high'])}")
+        if (rows["verdict"] == compare.SLOWER).any():
+            where = _levels(sorted(int(c) for c in rows.loc[rows["verdict"] == compare.SLOWER, "concurrency"].unique()))
+            return (f"Keep the baseline: no option was measurably faster at any concurrency tested ({levels}), "
+                    f"and options were slower at concurrency {where}; the closest was {closest}.")
+        return (f"No recommendation yet: no option was measurably faster or slower at any concurrency tested "
+                f"({levels}); every interval includes 1 (the closest: {closest}). A restart buys nothing "
+                "measurable here; more prompts (per_category, rounds) would narrow the intervals.")
     top = faster.loc[faster["speedup"].idxmax()]
     best = formatting.interval_text(top["speedup"], top["ci_low"], top["ci_high"])
     where = faster["concurrency"].astype(int).tolist()
@@ -356,7 +395,7 @@ def speedup_cells(bundle: ReportBundle) -> pd.DataFrame:
     frame = pd.concat(frames, ignore_index=True)
     cols = ["option", "category", "concurrency", "pairs", "speedup", "ci_low", "ci_high", "verdict",
             "base_tpot_s_median", "treat_tpot_s_median"]
-    return frame[cols]
+    return tables.mark_load(frame[cols], bundle.runs)
 
 
 def collapsed(content: Any, summary: str) -> str:
@@ -398,7 +437,8 @@ def predictions(bundle: ReportBundle) -> pd.DataFrame:
     table = pd.concat(frames, ignore_index=True)
     cols = ["option", "category", "concurrency", "predicted_acceptance_rate", "measured_acceptance_rate",
             "predicted_speedup", "measured_speedup", "error_pct", "cost_model_fit"]
-    return table[table["category"] == "all"][[c for c in cols if c in table]].reset_index(drop=True)
+    rows = table[table["category"] == "all"][[c for c in cols if c in table]].reset_index(drop=True)
+    return tables.mark_load(rows, bundle.runs)
 
 
 def report_caveats(bundle: ReportBundle) -> list[tables.Caveat]:

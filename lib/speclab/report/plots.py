@@ -162,3 +162,39 @@ def speedup_heatmap(comparison: pd.DataFrame, title: str = "Speedup by category 
              fontsize=8, color="#555555")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
+
+
+LABEL_COLOURS = {"measured": "tab:green", "fitted": "tab:blue", "borrowed": "tab:orange", "assumed": "tab:red"}
+
+
+def speedup_waterfall(parts: pd.DataFrame, title: str = "Predicted speedup in parts",
+                      columns: int = 4) -> Figure:
+    """One waterfall per concurrency from :func:`speclab.predict.stepparts.decompose_speedup`:
+    the naive speedup (1 + what acceptance adds), each part's cost, the speculative overhead,
+    the prediction; bars coloured by how the part is known (measured, fitted, borrowed, assumed)."""
+    if parts.empty:
+        return _empty("no decomposition")
+    levels = list(dict.fromkeys(parts["concurrency"]))
+    rows = int(np.ceil(len(levels) / columns))
+    fig, axes = plt.subplots(rows, min(columns, len(levels)), figsize=(3.3 * min(columns, len(levels)), 3.4 * rows),
+                             sharey=True, squeeze=False)
+    top = float(parts["speedup_after"].max()) * 1.08
+    for ax, c in zip(axes.flat, levels, strict=False):
+        part = parts[parts["concurrency"] == c]
+        names = [*part["part"], "prediction"]
+        for i, row in enumerate(part.itertuples()):
+            start = row.speedup_after - row.speedup_change
+            ax.bar(i, row.speedup_change, bottom=start, color=LABEL_COLOURS.get(row.label, "grey"), width=0.7)
+        final = float(part["speedup"].iloc[0])
+        ax.bar(len(names) - 1, final, color="black" if final < 1 else "dimgrey", width=0.7)
+        ax.axhline(1.0, color="black", lw=0.8, ls=":")
+        ax.set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=60, ha="right", fontsize=7)
+        ax.set(ylim=(0, top), title=f"concurrency {c:g}: {final:.2f}x")
+    for ax in list(axes.flat)[len(levels):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("speedup (tokens per step x T1 / T)")
+    handles = [matplotlib.patches.Patch(color=col, label=lab) for lab, col in LABEL_COLOURS.items()]
+    fig.legend(handles=handles, loc="upper right", fontsize=8, ncol=4)
+    fig.suptitle(title, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return fig

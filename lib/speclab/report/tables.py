@@ -18,19 +18,15 @@ import pandas as pd
 from speclab.predict import compare
 from speclab.predict.costmodel import CalibratedStepTime
 from speclab.runfolder import RunData
+from speclab.runs import run_id  # notebooks and the report name runs through tables.run_id
 
 COST_MODEL_JSON = "cost_model.json"
 PREDICTIONS_PARQUET = "predictions.parquet"
+SELF_DIVERGENCE_JSON = "self_divergence.json"
 
 # An absolute path of two or more parts, also after '=' or ':' (LD_PRELOAD lists), but not a
 # URL's path (``http://h:8000/v1/models`` is kept: its slashes follow a word character).
 _LOCAL_PATH = re.compile(r"(?<![\w/.~-])/(?:[\w.+@-]+/)+([\w.+@-]+)")
-
-
-def run_id(path: str | Path) -> str:
-    """A run's name without the machine's folders: ``2026-12-01/053012-01-baseline-default``."""
-    folder = Path(path)
-    return f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
 
 
 def scrub_paths(text: str) -> str:
@@ -67,14 +63,14 @@ def category_table(run: RunData) -> pd.DataFrame:
     ok = frame[frame["ok"].astype(bool)].copy()
     ok["tok_s_per_request"] = ok["output_tokens"] / ok["e2e_s"]
     grouped = ok.groupby(["category", "concurrency"])
-    return grouped.agg(
+    return mark_load(grouped.agg(
         requests=("prompt_id", "count"),
         output_tokens_mean=("output_tokens", "mean"),
         tok_s_per_request=("tok_s_per_request", "median"),
         tpot_s_median=("tpot_s", "median"),
         ttft_s_median=("ttft_s", "median"),
         tokens_per_chunk_mean=("tokens_per_chunk_mean", "mean"),
-    ).reset_index()
+    ).reset_index(), [run])
 
 
 def stack_levels(runs: list[RunData]) -> pd.DataFrame:
@@ -87,6 +83,36 @@ def stack_requests(runs: list[RunData]) -> pd.DataFrame:
     """Requests of several runs in one long table (``arm`` tells them apart)."""
     frames = [r.requests.assign(arm=r.label, run=r.path.name) for r in runs if not r.requests.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# --------------------------------------------------------------------------- the load a level reached
+
+
+def load_shortfalls(runs: list[RunData]) -> dict[int, str]:
+    """Per concurrency whose closed-loop level never had its requests in flight (below
+    :data:`speclab.measure.summary.INFLIGHT_SHARE_MIN` of c in any of ``runs``): what it reached."""
+    out: dict[int, str] = {}
+    for run in runs:
+        if run.levels.empty or "inflight_below_target" not in run.levels:
+            continue
+        for level in run.levels.to_dict("records"):
+            if level.get("inflight_below_target") is True and level.get("inflight_mean") is not None:
+                c = int(level["concurrency"])
+                text = f"{level['inflight_mean']:.1f} of {c} in flight"
+                out[c] = text if c not in out else min(out[c], text)
+    return out
+
+
+def mark_load(frame: pd.DataFrame, runs: list[RunData]) -> pd.DataFrame:
+    """``frame`` with an ``in_flight`` column where a concurrency's level fell short of its
+    load (its figures describe a lighter load than its label); unchanged when none did."""
+    shortfalls = load_shortfalls(runs)
+    if frame.empty or not shortfalls or "concurrency" not in frame:
+        return frame
+    marked = frame.copy()
+    marked["in_flight"] = marked["concurrency"].map(
+        lambda c: shortfalls.get(int(c), "full") if pd.notna(c) else None)
+    return marked
 
 
 # --------------------------------------------------------------------------- caveats
@@ -118,6 +144,10 @@ def _run_caveats(run: RunData) -> list[str]:
         errors = int(run.levels["errors"].sum()) if "errors" in run.levels else 0
         if errors:
             notes.append(f"{errors} request(s) failed; they are excluded from every figure.")
+        for c, reached in sorted(load_shortfalls([run]).items()):
+            notes.append(f"the level labelled concurrency {c} had only {reached} on average: its figures are "
+                         "for a lighter load than its label; raise rounds (or set level_duration_s).")
+        notes += _level_path_caveats(run.levels)
         for level in run.levels.to_dict("records"):
             harness = level.get("harness") if isinstance(level.get("harness"), dict) else {}
             lag = harness.get("p99_s") or harness.get("lag_p99_s")
@@ -139,15 +169,66 @@ def _run_caveats(run: RunData) -> list[str]:
     for note in run.server.get("notes") or []:
         if "declared" in note:
             notes.append(scrub_paths(note))
+    notes += _cost_model_caveats(run)
     return notes
+
+
+def _level_path_caveats(levels: pd.DataFrame) -> list[str]:
+    """Paths a sweep took quietly, made loud: no counters, no prefix-cache reset."""
+    notes: list[str] = []
+    records = levels.to_dict("records")
+    failed = [r for r in records if r.get("metrics_scrape") not in (None, "ok")]
+    if failed:
+        where = ", ".join(str(r.get("concurrency")) for r in failed)
+        notes.append(f"/metrics could not be read at concurrency {where} ({scrub_paths(failed[0]['metrics_scrape'])}): "
+                     "those levels have no acceptance, server latency or foreign-traffic check.")
+    refused = sorted({str(r["prefix_cache_reset"]) for r in records
+                      if str(r.get("prefix_cache_reset") or "").startswith(("refused", "failed"))})
+    if refused:
+        notes.append(f"the server's prefix-cache reset {' / '.join(refused)} (vLLM serves /reset_prefix_cache only "
+                     "with VLLM_SERVER_DEV_MODE=1): prompts cached by earlier levels or arms may look faster; "
+                     "the plan keeps prompts distinct across levels where the prompt set allows.")
+    return notes
+
+
+def _cost_model_caveats(run: RunData) -> list[str]:
+    """A prediction that took a fallback (no step model, built-in calibration prompts) says so."""
+    path = run.path / COST_MODEL_JSON
+    if not path.exists():
+        return []
+    record = json.loads(path.read_text())
+    notes = [f"prediction: {scrub_paths(n)}" for n in (record.get("model") or {}).get("notes") or []
+             if "fall" in n or "no step model" in n or "too few" in n]
+    said = str(record.get("calibration_prompts") or "")
+    if "built-in prompt sets" in said:
+        notes.append(f"{said}: the verify cost was measured on other prompts than yours.")
+    return notes
+
+
+def instance_spread(baseline: RunData, option: RunData, instance_sd: float) -> float:
+    """``instance_sd`` where the two arms ran on different server instances (always across a
+    restart; one process id recorded for both means one instance), else 0."""
+    a, b = baseline.server or {}, option.server or {}
+    return 0.0 if a.get("pid") is not None and a.get("pid") == b.get("pid") else instance_sd
+
+
+def baseline_self_divergence(baseline: RunData) -> dict[str, Any] | None:
+    """How much the baseline's greedy outputs differ from its own rerun (01 writes it in bf16)."""
+    path = baseline.path / SELF_DIVERGENCE_JSON
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def losslessness_verdict(baseline: RunData, option: RunData) -> str:
+    """The option's greedy outputs against the baseline's, judged against the baseline's own rerun."""
+    table = compare.losslessness(baseline.requests, option.requests)
+    return compare.losslessness_verdict(table, option.server.get("dtype"), baseline_self_divergence(baseline))
 
 
 def _pair_caveats(baseline: RunData, option: RunData, comparison: pd.DataFrame | None) -> list[str]:
     """What the pairing of an option run with its baseline says against the verdicts."""
     notes: list[str] = []
     if not baseline.requests.empty and not option.requests.empty:
-        verdict = compare.losslessness_verdict(compare.losslessness(baseline.requests, option.requests),
-                                               option.server.get("dtype"))
+        verdict = losslessness_verdict(baseline, option)
         if not verdict.startswith("Lossless"):
             notes.append(verdict)
     if comparison is not None and not comparison.empty:
@@ -196,22 +277,52 @@ def group_caveats(found: list[Caveat], *, with_runs: bool = True) -> list[str]:
 
 
 def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
-    """Rebuild the baseline run's step-time model from cost_model.json (None if absent)."""
-    from speclab.predict.costmodel import VerifyCost, fit_step_time
-    from speclab.predict.predictions import baseline_step_model, calibrate_from_runs, level_timings
+    """Rebuild the baseline run's step-time model from cost_model.json (None if absent).
+
+    Every source names itself (``origin``); all but calibrate carry draws of the verify cost
+    for the interval and the speculative-mode range, which calibrate measures instead."""
+    from speclab.predict.costmodel import VerifyCost
+    from speclab.predict.predictions import (
+        baseline_step_model,
+        calibrate_from_runs,
+        slope_verify_cost,
+        stated_draws,
+    )
     from speclab.runs import read_json
 
     path = Path(baseline_dir) / COST_MODEL_JSON
     if not path.exists():
         return None
     record = read_json(path)
-    if record["source"] == "calibrate":
-        return calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
-    if record["source"] == "explicit":
-        return baseline_step_model(baseline_dir, VerifyCost(**record["verify"]), source="params")
-    base = level_timings(baseline_dir).rename(columns={"tpot_s": "step_s"})[["batch", "step_s"]]
-    slope = fit_step_time(base, None, source="baseline slope")
-    return baseline_step_model(baseline_dir, slope.verify, note=slope.notes[0], source="baseline slope")
+    source = record["source"]
+    if source == "calibrate":
+        model = calibrate_from_runs(record["calibration_baseline_run"], record["calibration_spec_run"])
+        model.origin = "calibrate"
+        return model
+    if source == "probe" and not record.get("probe_failed"):
+        from speclab.measure.probe import PROBE_JSONL, read_points
+        from speclab.predict.probefit import fit_probe
+
+        fit = fit_probe(read_points(Path(baseline_dir) / PROBE_JSONL), record.get("target_config_json"))
+        model = baseline_step_model(baseline_dir, fit.verify, source="probe")
+        model.verify_draws = fit.draws
+        model.notes += fit.notes
+    elif source == "explicit":
+        verify = VerifyCost(**record["verify"])
+        model = baseline_step_model(baseline_dir, verify, source="params")
+        model.verify_draws = stated_draws(verify, float(record.get("verify_cost_sd", 0.25)))
+    else:  # baseline_slope, or a probe that failed (said in the notes)
+        verify, draws, note = slope_verify_cost(baseline_dir)
+        model = baseline_step_model(baseline_dir, verify, note=note, source="baseline slope")
+        model.verify_draws = draws
+        if source == "probe":
+            model.notes.append(f"the probe failed ({record['probe_failed']}): the verify cost falls back to the "
+                               "baseline's slope (assumed)")
+    model.origin = source if not record.get("probe_failed") else "baseline_slope (probe failed)"
+    overhead = record.get("spec_mode_overhead_ms")
+    if overhead:
+        model.spec_mode_overhead_s = (float(overhead[0]) / 1e3, float(overhead[1]) / 1e3)
+    return model
 
 
 def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
@@ -221,8 +332,12 @@ def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
     extra = d["extra_ms_at_1_4_16_tokens"]
     steps = ", ".join(f"{b:.1f} seq: {ms:.1f} ms"
                       for b, ms in zip(d["baseline_batches"], d["baseline_step_ms"], strict=True))
+    overhead = d.get("spec_mode_overhead_ms")
     rows = [
-        ("verify cost from", d["source"]),
+        ("verify cost from", f"{model.origin}: {d['source']}" if model.origin else d["source"]),
+        ("speculative mode's own cost per step (no probe sees it)",
+         f"{overhead[0]:g}-{overhead[1]:g} ms (a stated range; the prediction holds across it or says unclear)"
+         if overhead else "measured by the calibration run (in the fixed cost below)"),
         ("fixed cost per speculative step", f"{d['overhead_ms']:.2f} ms"),
         ("first extra verified token in a step", f"{d['per_verified_token_ms']:.2f} ms"),
         ("exponent (tokens in a step)", f"{d['exponent']:.2f}"),
@@ -252,8 +367,9 @@ def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
         return predicted
     cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
             "predicted_tok_s", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
-            "predicted_verdict", "break_even_acceptance_length", "loses"]
-    return predicted[predicted["category"] == "all"][cols].reset_index(drop=True)
+            "predicted_interval_width_pct", "predicted_verdict", "break_even_overhead_ms",
+            "break_even_acceptance_length", "verify_cost_source", "dtype", "loses"]
+    return predicted[predicted["category"] == "all"][[c for c in cols if c in predicted]].reset_index(drop=True)
 
 
 def read_predictions(baseline: RunData) -> pd.DataFrame | None:

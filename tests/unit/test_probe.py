@@ -1,0 +1,136 @@
+"""The live verify-cost probe against a fake engine with a prefix cache, and its fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from speclab.errors import SpeclabError
+from speclab.measure.metrics import scrape_metrics
+from speclab.measure.probe import (
+    CacheLayout,
+    ProbePoint,
+    cache_layout,
+    check_point,
+    layout_from_server_info,
+    probe_sequences,
+    refuse_without_prefix_cache,
+    run_probe,
+)
+from speclab.predict.predictions import _overhead_range
+from speclab.predict.probefit import fit_probe, lm_head_ratio
+from speclab.urls import Endpoint
+from tests.fakes.fake_prefix_engine import FakePrefixEngine
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _records(n: int = 6, length: int = 70) -> list[dict]:
+    return [{"request_id": f"r{i}", "ok": True, "prompt_token_ids": list(range(1000 * i, 1000 * i + 20)),
+             "token_ids": list(range(1000 * i + 20, 1000 * i + length))} for i in range(n)]
+
+
+def _probe(fake: FakePrefixEngine, batches=(1, 4), n_max: int = 4, repeats: int = 2):
+    endpoint = Endpoint.parse(fake.url)
+    with httpx.Client() as client:
+        layout = cache_layout(client, endpoint, fake.engine, scrape_metrics(client, endpoint))
+    sequences = probe_sequences(_records(), layout.block_size, n_max)
+    return layout, run_probe(endpoint, "fake", sequences, list(batches), n_max, layout, repeats=repeats,
+                             max_model_len=256)
+
+
+def test_sequences_take_whole_blocks_of_real_tokens_and_borrow_history_when_short() -> None:
+    sequences = probe_sequences(_records(length=70), block=16, n_max=4)
+    assert all(s.prefix % 16 == 0 and len(s.tokens) >= s.prefix + 4 for s in sequences)
+    assert sequences[0].prompt(3)[-3:] == sequences[0].tokens[sequences[0].prefix:sequences[0].prefix + 3]
+    long_block = probe_sequences(_records(length=70), block=128, n_max=9)
+    # 70 tokens are under one block of 128: the baseline's other sequences come first, as history
+    assert all(s.prefix >= 128 and s.tokens[-50:] == list(range(int(s.request_id[1:]) * 1000 + 20,
+                                                                 int(s.request_id[1:]) * 1000 + 70))
+               for s in long_block)
+    with pytest.raises(SpeclabError, match="no prompt and output token ids"):
+        probe_sequences([{"request_id": "x", "ok": True, "token_ids": [1, 2]}], 16, 4)
+
+
+def test_the_probe_recovers_a_known_verify_cost_from_a_vllm_style_engine() -> None:
+    with FakePrefixEngine(block=16, base_s=0.02, per_token_s=0.004) as fake:
+        layout, run = _probe(fake)
+    assert layout == CacheLayout("vllm", 16, True, "/metrics cache_config_info")
+    assert len(run.points) == 2 * 4 * 2 and run.refusals() == []
+    assert all(p.computed_tokens == p.batch * p.tokens for p in run.points)
+    assert {p.timing for p in run.points} == {"prefill_time histogram"}
+    fit = fit_probe(run.points, config=None, draws=20)
+    assert fit.raw_per_token_s == pytest.approx(0.004, rel=0.15)
+    assert fit.head_ratio is None and any("not priced" in n for n in fit.notes)
+    assert len(fit.draws) == 20 and all(d.per_token_s > 0 for d in fit.draws)
+
+
+def test_an_sglang_style_engine_with_page_size_one_probes_from_its_growing_cache() -> None:
+    with FakePrefixEngine(engine="sglang", block=1, base_s=0.02, per_token_s=0.004) as fake:
+        layout, run = _probe(fake, batches=(2,))
+    assert layout.engine == "sglang" and layout.block_size == 1 and layout.source == "/get_server_info"
+    # every probe moved the cached prefix on, so each still computed exactly B x n tokens
+    assert run.refusals() == [] and all(p.computed_tokens == p.batch * p.tokens for p in run.points)
+    assert {p.timing for p in run.points} == {"client latency"}
+    assert fit_probe(run.points, draws=5).raw_per_token_s == pytest.approx(0.004, rel=0.3)
+
+
+def test_points_the_counters_do_not_prove_are_refused_with_a_sentence() -> None:
+    with FakePrefixEngine(block=16, evict=True) as fake:
+        _, run = _probe(fake, batches=(1,), n_max=2, repeats=1)
+    assert not run.usable() and "were computed where" in run.refusals()[0]
+    with FakePrefixEngine(block=16, foreign=True) as fake:
+        _, run = _probe(fake, batches=(2,), n_max=2, repeats=1)
+    assert not run.usable() and "foreign traffic" in run.refusals()[0]
+    with pytest.raises(SpeclabError, match="left no usable point"):
+        fit_probe(run.points)
+    silent = check_point(ProbePoint(1, 2, 0, 0.1, "x", 0.1, 64, None, 2, True), 1)
+    assert not silent.ok and "counters do not show" in str(silent.refused)
+
+
+def test_a_server_without_prefix_caching_is_refused_naming_the_flag() -> None:
+    with FakePrefixEngine(caching=False) as fake, httpx.Client() as client:
+        endpoint = Endpoint.parse(fake.url)
+        layout = cache_layout(client, endpoint, "vllm", scrape_metrics(client, endpoint))
+    with pytest.raises(SpeclabError, match="--no-enable-prefix-caching"):
+        refuse_without_prefix_cache(layout)
+    sglang = layout_from_server_info({"page_size": 1, "disable_radix_cache": True}, "sglang")
+    assert sglang is not None
+    with pytest.raises(SpeclabError, match="--disable-radix-cache"):
+        refuse_without_prefix_cache(sglang)
+    assert layout_from_server_info({"cache_config": {"block_size": 16}}, "vllm") == CacheLayout(
+        "vllm", 16, True, "/server_info cache_config")
+
+
+def test_the_lm_head_share_comes_from_the_model_config() -> None:
+    smollm = {"hidden_size": 576, "vocab_size": 49152, "num_hidden_layers": 30, "num_attention_heads": 9,
+              "num_key_value_heads": 3, "intermediate_size": 1536}
+    assert lm_head_ratio(smollm) == pytest.approx(0.2667, abs=0.001)
+    kimi = json.loads((ROOT / "params/examples/kimi-k25-8xpcie/kimi-k25-config.json").read_text())
+    assert 0.02 < (lm_head_ratio(kimi) or 0) < 0.06  # 1.2 B of head against ~30 B active a token
+    assert lm_head_ratio({"hidden_size": 8}) is None
+
+
+def test_the_speculative_mode_range_decides_or_names_what_would() -> None:
+    interval = {"predicted_speedup_low": 1.1, "predicted_speedup_high": 1.3, "predicted_verdict": "x"}
+    # 20 ms steps at 1.2x: the point breaks even at 4 ms of speculative-mode cost, inside 1-6 ms
+    unclear = _overhead_range(1.2, 0.020, interval, (0.001, 0.006))
+    assert unclear["interval"]["predicted_verdict"] == ("unclear: wins unless speculative mode costs more than "
+                                                        "4.0 ms a step (range 1-6 ms)")
+    assert unclear["speedup"] == pytest.approx(1.2 * 0.020 / 0.0235)
+    assert unclear["interval"]["predicted_speedup_low"] == pytest.approx(1.1 * 20 / 26)
+    # outside the range the interval itself is what leaves it open
+    assert _overhead_range(1.2, 0.020, interval, (0.0005, 0.003))["interval"]["predicted_verdict"].startswith(
+        "unclear: the interval includes 1")
+    win = _overhead_range(1.6, 0.020, {**interval, "predicted_speedup_low": 1.5, "predicted_speedup_high": 1.7},
+                          (0.0005, 0.003))
+    assert win["interval"]["predicted_verdict"] == "predicted to win"
+    assert win["break_even_overhead_ms"] == pytest.approx(12.0)
+    lose = _overhead_range(0.8, 0.020, {**interval, "predicted_speedup_low": 0.7, "predicted_speedup_high": 0.9},
+                           (0.0005, 0.003))
+    assert lose["interval"]["predicted_verdict"] == "predicted to lose" and lose["break_even_overhead_ms"] == 0.0
+    measured = _overhead_range(1.2, 0.020, interval, None)
+    assert measured["interval"] is interval and measured["range_text"] == "measured (calibrate)"
