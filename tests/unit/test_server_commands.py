@@ -108,3 +108,13 @@ def test_a_drafter_launch_needs_its_model() -> None:
 def test_bad_options_are_rejected(bad: dict) -> None:
     with pytest.raises(ValidationError):
         SpecOption(**bad)
+
+
+def test_auto_dtype_takes_bf16_only_where_the_cpu_has_it_natively() -> None:
+    from speclab.serve.embedded import cpu_has_native_bf16
+
+    amd_avx2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c\n"
+    intel_avx512 = "processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512dq avx512_bf16 amx_bf16\n"
+    assert not cpu_has_native_bf16(amd_avx2)
+    assert cpu_has_native_bf16(intel_avx512)
+    assert not cpu_has_native_bf16("flags\t\t: avx512fp16_not_a_flag avx2\n")

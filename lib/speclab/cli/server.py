@@ -125,7 +125,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--option", default="baseline", choices=["baseline", "ngram", "suffix", "eagle3"])
     p.add_argument("--k", type=int, default=None, help="tokens drafted per step (option default)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                   help="auto: bf16 where the CPU has it natively (AVX-512), else float32")
     p.add_argument("--for-seconds", type=float, default=None, help="stop after this long")
     p.set_defaults(func=cmd_serve)
 

