@@ -68,8 +68,8 @@ bench: setup ## the client benchmarks only: ingest ceiling, then fidelity (vs se
 bench-all: setup ## every benchmark in benchmarks/, one after another (over an hour on 2 cores)
 	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor
 
-bench-predictor: setup ## predicted vs measured speedup on prompts the model never saw (two rounds, c=1..16, four a cell, float32; 35 min on this 2-core host)
-	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py
+bench-predictor: setup ## predicted vs measured speedup per verify-cost source (probe, calibrate) on test prompts the calibration did not use (bf16, c=1..16, two rounds; about 3 h on a 2-core AVX2 host, ARGS="--concurrency 1,4,8 --rounds 1" for less)
+	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py $(ARGS)
 
 bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core
 	@$(BIN)/python benchmarks/profile_parse.py --size-gb 1.0 --gzip

@@ -81,7 +81,7 @@ from speclab.runs import Run, write_json
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget, serve_target
 from speclab.stats import SPEC_MODE_OVERHEAD_MS
-from speclab.workbook import probe_live
+from speclab.workbook import probe_live, self_check
 
 
 def split_prompts(n_calibration: int):
@@ -505,6 +505,12 @@ def main(argv: list[str] | None = None) -> int:
         with serve_target(ServerTarget(dtype=args.dtype), parent) as live:
             calib_base = sweep(live, calib_config, calib_plan, out, "calibration-baseline", SpecOption(), params)
             test_base = sweep(live, test_config, test_plan, out, "test-baseline", SpecOption(), params)
+            if args.dtype != "float32":
+                # how often the baseline differs from itself: the share of answers whose replayed
+                # acceptance the prediction interval cannot take as known (01 does the same)
+                noise = self_check(live, test_base, test_plan, test_config, 16, dtype=args.dtype)
+                print(f"[{time.perf_counter() - started:.0f} s] self-check: {noise['pairs'] - noise['identical']} of "
+                      f"{noise['pairs']} answers differ from the baseline's own")
             if "probe" in sources:
                 # the live probe, on the baseline's own server, before any speculative server starts
                 n_max = max(o.num_speculative_tokens or 4 for o in options) + 1

@@ -188,32 +188,42 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
 
 def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: Plan, *,
                             progress: bool = False) -> dict[str, Any]:
-    """How often the baseline's greedy outputs differ from themselves: the first
-    ``self_check_requests`` of the top level rerun on the same server at half its concurrency
-    (another batch shape, as speculation makes), compared token by token. In bf16 this is the
-    noise a speculative arm's divergence is judged against; saved as self_divergence.json."""
+    """01-baseline's self-check (:func:`self_check`), recorded in its manifest."""
+    record = self_check(live, run.path, plan, params.sweep_only(), params.self_check_requests,
+                        dtype=params.dtype, progress=progress)
+    run.update(self_divergence=record)
+    return record
+
+
+def self_check(live: Any, run_dir: Path, plan: Plan, config: SweepConfig, requests: int, *,
+               dtype: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """How often a baseline's greedy outputs differ from themselves: the first ``requests`` of
+    its top level rerun on the same server at half its concurrency (another batch shape, as
+    speculation makes), compared token by token. In bf16 this is the noise a speculative arm's
+    divergence is judged against, and the share of answers whose replayed acceptance a
+    prediction cannot take as known; saved as self_divergence.json in ``run_dir``."""
     from speclab.predict.compare import losslessness, self_divergence
     from speclab.report.tables import SELF_DIVERGENCE_JSON
     from speclab.runfolder import PlannedRequest
+    from speclab.runs import run_id
 
     top = max(plan.levels(), key=lambda level: (level[1], level[0]))
-    chosen = plan.for_level(top[0])[:params.self_check_requests]
+    chosen = plan.for_level(top[0])[:requests]
     rerun_c = max(1, top[1] // 2)
     subplan = Plan([PlannedRequest(**{**r.__dict__, "level": 0, "concurrency": rerun_c}) for r in chosen],
                    {r.prompt_id: plan.prompts[r.prompt_id] for r in chosen})
-    config = params.sweep_only().model_copy(update={"concurrency": [rerun_c], "warmup_requests": 0})
-    sub = Run.create("self-check", {"of": run.id, "concurrency": rerun_c}, kind="self-check",
-                     run_dir=run.path / "self-check")
+    config = config.sweep_only().model_copy(update={"concurrency": [rerun_c], "warmup_requests": 0})
+    sub = Run.create("self-check", {"of": run_id(run_dir), "concurrency": rerun_c}, kind="self-check",
+                     run_dir=run_dir / "self-check")
     with sub.recording():
         measure_sweep(live.endpoint, live.model, config, sub, plan=subplan, arm="self-check", progress=progress)
-    base = load_run(run.path).requests
+    base = load_run(run_dir).requests
     base = base[base["level"] == top[0]].assign(concurrency=0, repeat=0)
     again = load_run(sub.path).requests.assign(concurrency=0, repeat=0)
     table = losslessness(base, again)
     record = {**self_divergence(table), "from_concurrency": top[1], "rerun_concurrency": rerun_c,
-              "dtype": live.identity.dtype or params.dtype, "run": sub.id}
-    write_json(run.path / SELF_DIVERGENCE_JSON, record)
-    run.update(self_divergence=record)
+              "dtype": live.identity.dtype or dtype, "run": sub.id}
+    write_json(run_dir / SELF_DIVERGENCE_JSON, record)
     return record
 
 

@@ -477,6 +477,7 @@ def predict_from_baseline(
     resamples: int = 300,
     seed: int = 0,
     instance_sd: float = INSTANCE_SD,
+    divergence_share: float | None = None,
 ) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per category x concurrency (+ ``all``).
 
@@ -499,6 +500,12 @@ def predict_from_baseline(
     step time from another's on the same host). ``predicted_verdict`` is "predicted to win" /
     "to lose" only when the whole interval is on one side of 1, else "unclear"; ``loses``
     keeps the point estimate's sign.
+
+    ``divergence_share``: the share of answers the option may write differently from the
+    baseline (None: float32 serves none; else the baseline's own self-check, 01's
+    ``self_divergence.json``; unknown: all). Only those answers' replayed acceptance is
+    resampled: a measurement of the same prompts that writes the same texts has exactly the
+    replayed acceptance, so resampling it would answer another question (other prompts).
     """
     replay = replay or replay_option(baseline_requests(baseline_run_dir), option, _max_len(baseline_run_dir))
     timing = level_timings(baseline_run_dir)
@@ -506,6 +513,7 @@ def predict_from_baseline(
     by_cat, by_all = _replay_frames(replay)
     rng = np.random.default_rng(seed)
     dtype = _served_dtype(baseline_run_dir)
+    share = divergence_share if divergence_share is not None else _divergence_share(baseline_run_dir, dtype)
     cost_model = with_baseline_steps(cost_model, baseline_run_dir)
     verify_draws = _verify_cost_draws(cost_model, resamples, rng)
     base_requests = _requests(baseline_run_dir)
@@ -525,7 +533,8 @@ def predict_from_baseline(
             speedup = tokens * base_step / spec_step
             interval = _speedup_interval(
                 replay.requests, r["category"], int(c), batch, base_step, verify_draws,
-                level_mix=batch_mix == "level", confidence=confidence, rng=rng, instance_sd=instance_sd)
+                level_mix=batch_mix == "level", confidence=confidence, rng=rng, instance_sd=instance_sd,
+                divergence_share=share)
             # Inside the measured mix (and for the whole level) the level is stepped through:
             # the batch the option decodes at, not the baseline's (docs/predictor.md).
             sim = simulated.get((str(r["category"]), int(c))) if (batch_mix == "level" or r["category"] == "all") else None
@@ -564,6 +573,7 @@ def predict_from_baseline(
                 **{f"acceptance_pos{i + 1}": r.get(f"acceptance_pos{i + 1}") for i in range(k)},
             })
     out = pd.DataFrame(rows)
+    out.attrs.update({"divergence_share": share})
     out.attrs.update({"proposer_impl": replay.proposer_impl, "token_source": replay.token_source,
                       "cost_model": cost_model.verify.source, "batch_mix": batch_mix,
                       "proposer_us_per_seq_step": replay.proposer_us_per_seq_step})
@@ -625,6 +635,17 @@ def _ratio_draws(numerator: np.ndarray, denominator: np.ndarray, n: int, rng: np
     return np.where(den > 0, numerator[idx].sum(axis=1) / np.where(den > 0, den, 1), np.nan)
 
 
+def _mixed_indices(rows: int, n: int, share: float, rng: np.random.Generator) -> np.ndarray | None:
+    """Bootstrap indices where each row is redrawn with probability ``share`` and else kept."""
+    if rows == 0:
+        return None
+    own = np.broadcast_to(np.arange(rows), (n, rows))
+    if share <= 0.0:
+        return np.array(own)
+    drawn = rng.integers(0, rows, (n, rows))
+    return drawn if share >= 1.0 else np.where(rng.random((n, rows)) < share, drawn, own)
+
+
 def _speedup_interval(
     replayed: pd.DataFrame,
     category: str,
@@ -637,24 +658,27 @@ def _speedup_interval(
     confidence: float,
     rng: np.random.Generator,
     instance_sd: float = 0.0,
+    divergence_share: float = 1.0,
 ) -> dict[str, Any]:
     """The interval and verdict of one cell's predicted speedup (see predict_from_baseline).
 
     Both arms run the same prompts, so one resample of the cell's requests serves both: the
     prompt mix moves the baseline's decode time and the option's alike and cancels in the
     ratio (resampling each arm on its own counted it twice), and the replayed tokens per step
-    and verified tokens per step come from the same requests. What is left between the arms
-    is each server instance's own speed (``instance_sd``, one log-normal factor per arm).
+    and verified tokens per step come from the same requests. Only ``divergence_share`` of the
+    requests are resampled in each draw (the answers the option may write otherwise); the rest
+    keep their replayed acceptance. What is left between the arms is each server instance's own
+    speed (``instance_sd``, one log-normal factor per arm).
     """
     n = len(verify_draws)
     at_c = replayed[replayed["concurrency"] == concurrency]
     cell = at_c if category == "all" else at_c[at_c["category"] == category]
-    idx = rng.integers(0, len(cell), (n, len(cell))) if len(cell) else None
+    idx = _mixed_indices(len(cell), n, divergence_share, rng)
     steps = cell["decode_steps"].to_numpy(float)
     tokens = _ratio_draws(cell["decode_tokens"].to_numpy(float), steps, n, rng, idx)
     if level_mix and category != "all":  # the level's mix sets the batch: its own requests
         verified = 1.0 + _ratio_draws(at_c["draft_tokens"].to_numpy(float), at_c["decode_steps"].to_numpy(float),
-                                      n, rng)
+                                      n, rng, _mixed_indices(len(at_c), n, divergence_share, rng))
     else:
         verified = 1.0 + _ratio_draws(cell["draft_tokens"].to_numpy(float), steps, n, rng, idx)
     noise_base = rng.lognormal(0.0, instance_sd, n)
@@ -675,6 +699,21 @@ def _served_dtype(run_dir: str | Path) -> str | None:
 
     manifest = read_json(Path(run_dir) / "manifest.json")
     return (manifest.get("server") or {}).get("dtype") or (manifest.get("params") or {}).get("dtype")
+
+
+def _divergence_share(run_dir: str | Path, dtype: str | None) -> float:
+    """The share of a baseline's answers that an option's run may write differently: none in
+    float32; in bf16 what the baseline's self-check saw; all when nothing says otherwise."""
+    if dtype and "float32" in str(dtype):
+        return 0.0
+    path = Path(run_dir) / "self_divergence.json"
+    if path.exists():
+        import json
+
+        record = json.loads(path.read_text())
+        if record.get("pairs"):
+            return float(record["pairs"] - record["identical"]) / float(record["pairs"])
+    return 1.0
 
 
 def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
