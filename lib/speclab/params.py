@@ -115,8 +115,9 @@ class BaselineParams(_ServerParams, SweepConfig):
         if self.verify_cost == "explicit" and self.verify_per_token_s is None:
             raise ValueError("verify_cost 'explicit' needs verify_per_token_s")
         low, high = self.spec_mode_overhead_ms
-        if not 0 <= low <= high:
-            raise ValueError("spec_mode_overhead_ms must be [low, high] with 0 <= low <= high")
+        if not -1000 <= low <= high <= 1000:
+            raise ValueError("spec_mode_overhead_ms must be [low, high] in ms with low <= high (low may be negative "
+                             "where speculative mode speeds a step up)")
         return self
 
 
