@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,7 +66,7 @@ bench: setup ## the client benchmarks only: ingest ceiling, then fidelity (vs se
 	@flock /tmp/speclab-vllm.lock $(BIN)/python benchmarks/fidelity.py
 
 bench-all: setup ## every benchmark in benchmarks/, one after another (over an hour on 2 cores)
-	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor
+	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor bench-gpu-step
 
 bench-predictor: setup ## predicted vs measured speedup per verify-cost source (probe, calibrate) on test prompts the calibration did not use (bf16, c=1..16, two rounds; about 3 h on a 2-core AVX2 host, ARGS="--concurrency 1,4,8 --rounds 1" for less)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py $(ARGS)
@@ -82,6 +82,12 @@ bench-moe: setup ## a random-weight MoE vs a dense model of equal active paramet
 
 bench-drafter: setup ## the trained EAGLE-3 head vs the baseline at concurrency 1, per category, with its offline prediction
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/eagle3_head.py
+
+bench-gpu-step: setup ## a decoder stack's step part by part (bf16, CUDA graphs) on a CUDA machine, into outputs/gpu-step; without a GPU only the scaled-down stack check (--device cpu --tiny), never a GPU figure
+	@if $(SERVER_VENV)/bin/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; \
+	then $(SERVER_VENV)/bin/python -u benchmarks/gpu_step.py --out-dir outputs/gpu-step $(ARGS); \
+	else echo "no CUDA device: the scaled-down CPU check of the stack (its times say nothing about a GPU)"; \
+	$(SERVER_VENV)/bin/python -u benchmarks/gpu_step.py --device cpu --tiny --batches 1,4,16 --ns 1,2,4 --contexts 1024 --out-dir outputs/gpu-step-cpu-check $(ARGS); fi
 
 clean-outputs: ## delete every run under outputs/ (asks first)
 	@read -p "Delete all runs under outputs/? [y/N] " ok && [ "$$ok" = y ] && find outputs -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + || true

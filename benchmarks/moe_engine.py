@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from speclab.moe.engine import engine_table, measure_engine
+from speclab.moe.engine import measure_engine
+from speclab.moe.workbook import engine_table
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from speclab.moe.engine import engine_table, load_engine, shipped_engine
+from speclab.moe.engine import load_engine, shipped_engine
+from speclab.moe.workbook import engine_table
 
 
 def _row(model: str, k: int, step_s: float, verified: float) -> dict:

@@ -80,3 +80,18 @@ def test_every_params_file_validates(path: Path) -> None:
     notebook = path.parent.name if path.parent.parent.name == "params" else max(
         (n for n in NOTEBOOK_PARAMS if path.stem.startswith(n)), key=len, default=path.stem)
     validate_params_file(notebook, path)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_code_cell_compiles(path: Path) -> None:
+    """A syntax error would stop a notebook only after it has measured: catch it here, in seconds."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        # IPython magics and shell lines are not Python; everything else must compile as written
+        source = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.splitlines())
+        try:
+            compile(source, f"{path.name}:{cell.get('id')}", "exec")
+        except SyntaxError as exc:
+            pytest.fail(f"{path.name} cell {cell.get('id')}: {exc}")

@@ -41,12 +41,31 @@ def test_most_measurements_fall_inside_the_interval(table) -> None:
     assert table["within_interval"].sum() >= 8 and len(table) == 10
 
 
-def test_more_data_narrows_the_interval(table) -> None:
+def _widths(divergence_share: float):
+    from speclab.options import default_option
+    from speclab.predict.predictions import predict_from_baseline
+
+    model = calibrate_from_runs(RUNS / "f32-baseline", RUNS / "f32-ngram")
+    table = predict_from_baseline(RUNS / "f32-baseline", default_option("ngram", 4), model,
+                                  batch_mix="level", divergence_share=divergence_share)
     width = table["predicted_speedup_high"] - table["predicted_speedup_low"]
-    cells = table.assign(width=width).set_index(["category", "concurrency"])["width"]
-    # the 'all' rows pool 8 prompts, a category 2: the pooled interval is narrower (at c=1 the
-    # pool mixes categories whose tokens per step differ twofold, which widens it as much)
+    return table.assign(width=width).set_index(["category", "concurrency"])["width"]
+
+
+def test_more_data_narrows_the_interval_where_acceptance_is_resampled() -> None:
+    # An option that may write other answers (share 1): its acceptance is resampled from the
+    # prompts. The 'all' rows pool 8 prompts, a category 2: the pooled interval is narrower (at
+    # c=1 the pool mixes categories whose tokens per step differ twofold, which widens it as much)
+    cells = _widths(1.0)
     assert cells[("all", 4)] < cells[("code_editing", 4)] / 2
+
+
+def test_an_option_that_writes_the_same_answers_has_no_acceptance_term() -> None:
+    # float32 and lossless (share 0): the same prompts give the same texts, hence exactly the
+    # replayed acceptance; only the calibration and run-to-run terms are left, in every cell
+    unknown, same = _widths(1.0), _widths(0.0)
+    assert (same < unknown).all()
+    assert same[("code_editing", 4)] < unknown[("code_editing", 4)] / 5
 
 
 def test_a_server_instance_spread_widens_every_interval() -> None:

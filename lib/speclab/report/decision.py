@@ -410,7 +410,7 @@ def identities(bundle: ReportBundle) -> pd.DataFrame:
     are in :func:`launch_commands`: too wide for this table)."""
     columns = {}
     for run in bundle.runs:
-        table = tables.identity_table(run.server or None, shareable=True)
+        table = tables.identity_table(run.server or None)
         values = table.set_index("field")["value"] if not table.empty else pd.Series(dtype=str)
         columns[f"{run.label} ({run.path.name})"] = values.drop("launch", errors="ignore")
     frame = pd.DataFrame(columns)

@@ -34,11 +34,21 @@ def scrub_paths(text: str) -> str:
     return _LOCAL_PATH.sub(lambda m: f"…/{m.group(1)}", str(text))
 
 
-def identity_table(identity: Any, *, shareable: bool = False) -> pd.DataFrame:
+def shareable(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with local paths in its text columns cut to their last part (for HTML that leaves this machine)."""
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype == object:
+            out[column] = out[column].map(lambda v: scrub_paths(v) if isinstance(v, str) else v)
+    return out
+
+
+def identity_table(identity: Any, *, shareable: bool = True) -> pd.DataFrame:
     """The server's identity (a ServerIdentity or the manifest's dict) as a two-column table.
 
-    ``shareable`` cuts local paths (model folders, the launch command's files) for a report
-    that leaves this machine.
+    Local paths (model folders, the launch command's files, the server log) are cut to their
+    last part: every notebook's HTML may leave this machine, and the manifest keeps them whole.
+    ``shareable=False`` shows them whole (a look on this machine only).
     """
     if identity is None:
         return pd.DataFrame(columns=["field", "value"])
