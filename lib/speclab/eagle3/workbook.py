@@ -95,6 +95,17 @@ def launch_flags(params: Eagle3Params, drafter: str) -> str:
     return "--speculative-config '" + json.dumps(option.vllm_speculative_config()) + "'"
 
 
+def restart_flags(params: Eagle3Params, drafter: str, run_dir: str | Path) -> str:
+    """The restart flags to show in a notebook that may be shared: the whole line goes to the run
+    folder's ``restart-flags.txt`` (to copy from), the text returned has local paths shortened."""
+    from speclab.report.tables import scrub_paths
+
+    flags = launch_flags(params, drafter)
+    (Path(run_dir) / "restart-flags.txt").write_text(flags + "\n")
+    shown = scrub_paths(flags)
+    return shown if shown == flags else f"{shown}  (paths shortened; the whole line is in the run's restart-flags.txt)"
+
+
 def run_eagle3(params: Eagle3Params, run: Run, drafter: str, *, progress: bool = True) -> OptionOutcome:
     """Rerun exactly the baseline's prompts and sweep with the EAGLE-3 drafter on."""
     return repeat_baseline(params, run, params.option(drafter), "eagle3", progress=progress)
