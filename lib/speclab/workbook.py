@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -170,6 +171,7 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
     config, config_from = _target_config(target_config, live)
     from speclab.measure import progress as bars
 
+    started = time.perf_counter()
     with bars.bar(total=len(batches) * n_max * PROBE_REPEATS, desc="verify-cost probe", unit="point",
                   show=progress) as bar:
         probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
@@ -179,7 +181,8 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
     summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
                "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
                "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
-               "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config}
+               "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config,
+               "elapsed_s": round(time.perf_counter() - started, 1)}
     write_json(run_dir / "probe.json", summary)
     if not probe.usable():
         raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
