@@ -192,7 +192,7 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
 def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: Plan, *,
                             progress: bool = False) -> dict[str, Any]:
     """01-baseline's self-check (:func:`self_check`), recorded in its manifest."""
-    record = self_check(live, run.path, plan, params.sweep_only(), params.self_check_requests,
+    record = self_check(live, run.path, plan, params, params.self_check_requests,
                         dtype=params.dtype, progress=progress)
     run.update(self_divergence=record)
     return record

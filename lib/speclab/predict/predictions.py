@@ -53,6 +53,7 @@ from speclab.predict.costmodel import (
 from speclab.predict.levelsim import SimRequest, simulate_level
 from speclab.predict.replay import ReplayResult, baseline_requests, replay_option
 from speclab.predict.steptrace import CLIENT_STALL_TOLERANCE_S, StepPlan, prompt_tokens, run_steps
+from speclab.runs import read_json
 from speclab.stats import INSTANCE_SD
 
 __all__ = [
@@ -153,8 +154,6 @@ def _summary_levels(run_dir: str | Path) -> dict[int, dict[str, Any]]:
 
 def run_option(run_dir: str | Path) -> SpecOption:
     """The speculative option a run was made with (its manifest's params)."""
-    from speclab.runs import read_json
-
     manifest = read_json(Path(run_dir) / "manifest.json")
     params = manifest.get("params") or {}
     option = dict(manifest.get("option") or (params.get("target") or {}).get("option") or params.get("option") or {})
@@ -179,8 +178,6 @@ def run_option(run_dir: str | Path) -> SpecOption:
 
 
 def _load_time_s(run_dir: str | Path) -> float | None:
-    from speclab.runs import read_json
-
     server = read_json(Path(run_dir) / "manifest.json").get("server") or {}
     value = server.get("load_time_s")
     return float(value) if value else None
@@ -695,8 +692,6 @@ def _speedup_interval(
 
 
 def _served_dtype(run_dir: str | Path) -> str | None:
-    from speclab.runs import read_json
-
     manifest = read_json(Path(run_dir) / "manifest.json")
     return (manifest.get("server") or {}).get("dtype") or (manifest.get("params") or {}).get("dtype")
 
@@ -708,9 +703,7 @@ def _divergence_share(run_dir: str | Path, dtype: str | None) -> float:
         return 0.0
     path = Path(run_dir) / "self_divergence.json"
     if path.exists():
-        import json
-
-        record = json.loads(path.read_text())
+        record = read_json(path)
         if record.get("pairs"):
             return float(record["pairs"] - record["identical"]) / float(record["pairs"])
     return 1.0

@@ -34,7 +34,7 @@ def scrub_paths(text: str) -> str:
     return _LOCAL_PATH.sub(lambda m: f"…/{m.group(1)}", str(text))
 
 
-def shareable(frame: pd.DataFrame) -> pd.DataFrame:
+def without_local_paths(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with local paths in its text columns cut to their last part (for HTML that leaves this machine)."""
     out = frame.copy()
     for column in out.columns:
