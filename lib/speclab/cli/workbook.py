@@ -15,7 +15,7 @@ from speclab.runs import Run, new_run_dir
 # The demo's sequence on the embedded default: (notebook, params file, label).
 DEMO_SEQUENCE = (
     ("00-profile", "params/00-profile/default.yaml"),
-    ("01-baseline", "params/01-baseline/default.yaml"),
+    ("01-baseline", "params/01-baseline/demo.yaml"),
     ("02-ngram", "params/02-ngram/default.yaml"),
     ("02-ngram", "params/02-ngram/suffix.yaml"),
     ("03-eagle3-drafter", "params/03-eagle3-drafter/default.yaml"),
