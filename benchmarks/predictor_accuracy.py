@@ -49,7 +49,9 @@ Run: ``make bench-predictor`` (= ``flock /tmp/speclab-vllm.lock .venv/bin/python
 benchmarks/predictor_accuracy.py``; 35 minutes in float32 at 1,4,8,16 with two rounds and
 four prompts a cell on this 2-core host, 22 in bfloat16; ``--rounds 1 --options ngram`` for
 about a third). Results in a run folder under outputs/; ``--analyse <folder>`` reprints them
-with the current model in seconds.
+with the current model in seconds; ``--analyse <folder> --measure-head`` first measures the LM
+head's rows (the head probe, about a minute) on a fresh embedded server of the folder's dtype,
+for a folder probed before the head probe existed, and says that it was measured separately.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ from speclab.runs import Run, write_json
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget, serve_target
 from speclab.stats import SPEC_MODE_OVERHEAD_MS
-from speclab.workbook import probe_live, self_check
+from speclab.workbook import measure_head, probe_live, self_check
 
 
 def split_prompts(n_calibration: int):
@@ -362,14 +364,49 @@ def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime 
     return models
 
 
+def _probe_config(test_base: Path) -> dict | None:
+    from speclab.runs import read_json
+
+    path = test_base / "cost_model.json"
+    return read_json(path).get("target_config_json") if path.exists() else None
+
+
+def measure_head_later(out: Path, dtype: str, levels: list[int], n_max: int) -> None:
+    """The head probe on a fresh embedded server of ``dtype``, for a folder probed without it:
+    pairs into test-baseline/probe-head.jsonl, and probe-head.json saying when and that it was
+    measured apart from the folder's own runs."""
+    from speclab.measure.probe import HEAD_JSONL, HEAD_ROWS, probe_sequences
+    from speclab.runfolder import read_records
+    from speclab.runs import utc_now
+
+    test_base = out / "test-baseline"
+    if (test_base / HEAD_JSONL).exists():
+        sys.exit(f"{test_base / HEAD_JSONL} exists already; move it away to measure the head again.")
+    from speclab.runs import read_json
+
+    block = int(read_json(test_base / "probe.json").get("block_size", 128)) if (test_base / "probe.json").exists() else 128
+    sequences = probe_sequences(read_records(test_base), block, n_max)  # its real tokens
+    rows = [r for r in HEAD_ROWS if r <= 2 * max(levels) * n_max]
+    with serve_target(ServerTarget(dtype=dtype)) as live:
+        summary = measure_head(live, test_base, sequences, rows)
+    write_json(test_base / "probe-head.json", {**summary, "measured_utc": utc_now(), "dtype": dtype,
+                                               "separately": "after the folder's runs, on a fresh server"})
+    print(f"head probe: {summary.get('head_usable', 0)}/{summary['head_pairs']} pairs usable"
+          + (f"; refused: {summary['head_refusals']}" if summary.get("head_refusals") else ""))
+
+
 def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: dict[str, CalibratedStepTime],
                     dtype: str) -> None:
     """Side by side per verify-cost source: per-token cost by batch, cells, 'all' rows, coverage,
     interval width; issue 25's targets for the probe."""
-    from speclab.measure.probe import PROBE_JSONL, read_points
-    from speclab.predict.probefit import fit_probe
+    from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL, read_head_points, read_points
+    from speclab.predict.probefit import fit_probe, head_curve
 
     test_base = out / "test-baseline"
+    curve = head_curve(read_head_points(test_base / HEAD_JSONL))
+    if curve is not None:
+        print("\n== the LM head's rows, measured (prompt_logprobs prefill minus a plain one, median of the pairs)")
+        print(curve.table().round(2).to_string(index=False))
     print("\n== verify cost per draft token (k = 4 drafts a sequence), by batch: probe vs calibrate")
     batches = sorted({int(c) for c in pd.read_csv(out / "predicted-vs-measured.csv")["concurrency"]})
     rows = []
@@ -384,8 +421,11 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
         per_token["probe_over_calibrate"] = per_token["probe_ms_per_token"] / per_token["calibrate_ms_per_token"]
         points = read_points(test_base / PROBE_JSONL)
         if points:
-            raw = fit_probe(points, None, draws=1).raw_per_token_s * 1e3
-            per_token["probe_raw_ms_per_token"] = raw  # before the LM-head term
+            config_only = fit_probe(points, _probe_config(test_base), draws=1)
+            per_token["probe_raw_ms_per_token"] = config_only.raw_per_token_s * 1e3  # before the LM-head term
+            if curve is not None:  # what the config's share alone would have said
+                per_token["probe_config_head_ms_per_token"] = [
+                    config_only.verify.extra_s(b * 4.0, b) / (b * 4.0) * 1e3 for b in per_token["batch"]]
     print(per_token.round(3).to_string(index=False))
     per_token.to_csv(out / "verify-cost-by-source.csv", index=False)
     spec_runs = {path.name.removeprefix("test-"): path for path in out.glob("test-*") if path.is_dir()}
@@ -462,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="prompts per category x concurrency cell (distinct across levels)")
     parser.add_argument("--analyse", type=Path, metavar="DIR",
                         help="no measurement: print the comparisons of an earlier benchmark folder")
+    parser.add_argument("--measure-head", action="store_true",
+                        help="with --analyse: measure the LM head's rows first (a fresh server; for older folders)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     options = [embedded_option(name) for name in args.options.split(",")]
@@ -471,8 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.analyse:
         if not (args.analyse / "calibration-ngram").is_dir():
             sys.exit(f"{args.analyse} is not a predictor-accuracy folder (no calibration-ngram/); pass one that is.")
-        analyse(args.analyse, options, args.rounds)
         dtype = str((Run.open(args.analyse).manifest.get("params") or {}).get("dtype") or "?")
+        if args.measure_head:
+            levels = [int(c) for c in args.concurrency.split(",")]
+            measure_head_later(args.analyse, dtype, levels, max(o.num_speculative_tokens or 4 for o in options) + 1)
+        analyse(args.analyse, options, args.rounds)
         compare_sources(args.analyse, options, args.rounds, source_models(args.analyse, sources, None), dtype)
         return 0
     calibration_pool, test_pool = split_prompts(args.calibration_prompts)

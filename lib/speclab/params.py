@@ -89,7 +89,7 @@ class BaselineParams(_ServerParams, SweepConfig):
         SPEC_MODE_OVERHEAD_MS, min_length=2, max_length=2,
         description="ms per step speculative mode itself costs, [low, high] (no probe sees it; calibrate measures it)")
     target_config: str | None = Field(
-        None, description="probe: the served model's config.json, for the LM head's share (None: found if local)")
+        None, description="probe: the served model's config.json, for the LM head's share where its rows are not measured (None: found if local)")
     calibration_per_category: int = Field(2, ge=1, description="calibrate: prompts per category (not the plan's)")
     traffic: list[dict[str, float]] = Field(
         [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],

@@ -150,6 +150,7 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
     from speclab.auth import auth_headers, basic_auth_headers
     from speclab.measure.metrics import scrape_metrics
     from speclab.measure.probe import (
+        HEAD_ROWS,
         PROBE_JSONL,
         PROBE_REPEATS,
         append_point,
@@ -171,22 +172,46 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
     config, config_from = _target_config(target_config, live)
     from speclab.measure import progress as bars
 
+    # the LM head's rows (vLLM: prompt_logprobs); SGLang's head is priced from the config
+    head_rows = [r for r in HEAD_ROWS if r <= 2 * max(batches) * n_max and r < int(max_len)
+                 ] if layout.engine == "vllm" else []
     started = time.perf_counter()
-    with bars.bar(total=len(batches) * n_max * PROBE_REPEATS, desc="verify-cost probe", unit="point",
-                  show=progress) as bar:
+    with bars.bar(total=(len(batches) * n_max + len(head_rows)) * PROBE_REPEATS, desc="verify-cost probe",
+                  unit="point", show=progress) as bar:
         probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
                           max_model_len=int(max_len), api_key_env=api_key_env,
                           on_point=lambda point: append_point(run_dir / PROBE_JSONL, point),
                           progress=lambda done: bar.update(1))
+        head = measure_head(live, run_dir, sequences, head_rows, api_key_env, lambda done: bar.update(1))
     summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
                "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
                "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
-               "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config,
+               **head, "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config,
                "elapsed_s": round(time.perf_counter() - started, 1)}
     write_json(run_dir / "probe.json", summary)
     if not probe.usable():
         raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
     return summary
+
+
+def measure_head(live: Any, run_dir: Path, sequences: Sequence[Any], rows: Sequence[int],
+                 api_key_env: str | None = None, progress: Any = None) -> dict[str, Any]:
+    """The head probe (:func:`speclab.measure.probe.run_head_probe`) over the probe's own real
+    tokens, pairs appended to probe-head.jsonl as measured; its summary fields for probe.json.
+    No rows (SGLang): nothing is measured and the summary says the config prices the head."""
+    from speclab.measure.probe import HEAD_JSONL, append_head_point, run_head_probe
+
+    tokens = [t for seq in sequences for t in seq.tokens]
+    rows = [r for r in rows if r + 1 <= len(tokens)]
+    if not rows:
+        return {"head_pairs": 0, "head_from": "the model config's share (no head probe on this engine)"}
+    pairs = run_head_probe(live.endpoint.without_credentials(), live.model, tokens, rows=rows,
+                           api_key_env=api_key_env,
+                           on_point=lambda pair: append_head_point(run_dir / HEAD_JSONL, pair), progress=progress)
+    usable = [p for p in pairs if p.ok]
+    return {"head_pairs": len(pairs), "head_usable": len(usable),
+            "head_refusals": sorted({p.refused for p in pairs if p.refused}),
+            "head_from": "measured (prompt_logprobs prefills)"}
 
 
 def measure_self_divergence(live: Any, params: BaselineParams, run: Run, plan: Plan, *,
@@ -310,7 +335,7 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
 
     ``probe`` (the default, any server): the cost of verifying n tokens timed live on the
     baseline's own server by prefix-cached extensions (:func:`measure_probe`, run by
-    :func:`run_baseline`), plus the LM head's share; ``calibrate`` (embedded): a real n-gram
+    :func:`run_baseline`), plus the LM head's rows (measured, or its config share); ``calibrate`` (embedded): a real n-gram
     run on prompts this baseline did not use (plus its own baseline on the same plan);
     ``baseline_slope``: the baseline's own marginal cost of a token in a step stands in
     (no restart needed, an estimate); ``explicit``: the numbers you give. Saved to

@@ -5,7 +5,8 @@ the start), computes only the rest of each prompt, and takes ``base_s + per_toke
 for a step, so a probe of known cost can be checked against what the fit recovers. It speaks
 vLLM (``cache_config_info``, ``prefix_cache_queries``/``hits``, ``request_prefill_time_seconds``)
 or SGLang (``/get_server_info`` page size, ``prompt_tokens``/``cached_tokens``, no prefill
-histogram). Faults: ``evict`` (nothing stays cached), ``foreign`` (someone else's request
+histogram). A request asking ``prompt_logprobs`` skips the cache, as vLLM's does, and pays
+``head_row_s`` per prompt position past the first (its rows of LM-head logits). Faults: ``evict`` (nothing stays cached), ``foreign`` (someone else's request
 finishes in every step), ``caching=False``.
 """
 
@@ -19,8 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class FakePrefixEngine:
     def __init__(self, *, engine: str = "vllm", block: int = 16, base_s: float = 0.02, per_token_s: float = 0.004,
-                 caching: bool = True, evict: bool = False, foreign: bool = False) -> None:
+                 caching: bool = True, evict: bool = False, foreign: bool = False, head_row_s: float = 0.0) -> None:
         self.engine, self.block, self.base_s, self.per_token_s = engine, block, base_s, per_token_s
+        self.head_row_s = head_row_s
         self.caching, self.evict, self.foreign = caching, evict, foreign
         self.cached: set[tuple[int, ...]] = set()
         self.queries = self.hits = self.requests = 0
@@ -51,11 +53,16 @@ class FakePrefixEngine:
             hit += self.block
         return hit
 
-    def step(self, prompts: list[list[int]]) -> None:
-        """One engine step computing every prompt's uncached tokens."""
+    def step(self, prompts: list[list[int]], prompt_logprobs: bool = False) -> None:
+        """One engine step computing every prompt's uncached tokens (all of them, and a row of
+        logits each, when ``prompt_logprobs`` is asked)."""
         with self.step_lock:
-            computed = 0
+            computed = head_rows = 0
             for prompt in prompts:
+                if prompt_logprobs:
+                    computed += len(prompt)
+                    head_rows += len(prompt) - 1
+                    continue
                 hit = self._hit(prompt) if self.caching else 0
                 computed += len(prompt) - hit
                 with self.lock:
@@ -65,7 +72,7 @@ class FakePrefixEngine:
                 for prompt in prompts:
                     for end in range(self.block, len(prompt) + 1, self.block):
                         self.cached.add(tuple(prompt[:end]))
-            took = self.base_s + self.per_token_s * computed
+            took = self.base_s + self.per_token_s * computed + self.head_row_s * head_rows
             time.sleep(took)
             with self.lock:
                 self.requests += len(prompts) + (1 if self.foreign else 0)
@@ -124,7 +131,7 @@ class FakePrefixEngine:
                 prompt = body.get("prompt") or []
                 prompts = prompt if prompt and isinstance(prompt[0], list) else [prompt]
                 if not body.get("stream"):
-                    fake.step(prompts)
+                    fake.step(prompts, body.get("prompt_logprobs") is not None)
                     self._send(200, json.dumps({"choices": [{"text": "x"} for _ in prompts]}).encode())
                     return
                 # the pacer: a decode stream, one chunk per short step, until the client leaves

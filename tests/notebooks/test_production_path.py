@@ -103,4 +103,7 @@ def test_the_kimi_worked_example_runs_end_to_end_in_external_mode(tmp_path: Path
     assert "restart_minutes given to 01-baseline" in html
     cost = json.loads((baseline / "cost_model.json").read_text())
     assert cost["source"] == "probe" and cost["probe"]["usable"] == cost["probe"]["points"] > 0
+    # the LM head's rows measured on the same server, behind the same key (prompt_logprobs pairs)
+    assert cost["probe"]["head_usable"] == cost["probe"]["head_pairs"] > 0
+    assert (baseline / "probe-head.jsonl").exists()
     assert _files_holding(outputs, KEY) == []

@@ -12,16 +12,19 @@ from speclab.errors import SpeclabError
 from speclab.measure.metrics import scrape_metrics
 from speclab.measure.probe import (
     CacheLayout,
+    HeadPoint,
     ProbePoint,
     cache_layout,
     check_point,
     layout_from_server_info,
     probe_sequences,
+    read_head_points,
     refuse_without_prefix_cache,
+    run_head_probe,
     run_probe,
 )
 from speclab.predict.predictions import _overhead_range
-from speclab.predict.probefit import fit_probe, lm_head_ratio
+from speclab.predict.probefit import fit_probe, head_curve, lm_head_ratio
 from speclab.urls import Endpoint
 from tests.fakes.fake_prefix_engine import FakePrefixEngine
 
@@ -114,6 +117,61 @@ def test_the_lm_head_share_comes_from_the_model_config() -> None:
     kimi = json.loads((ROOT / "params/examples/kimi-k25-8xpcie/kimi-k25-config.json").read_text())
     assert 0.02 < (lm_head_ratio(kimi) or 0) < 0.06  # 1.2 B of head against ~30 B active a token
     assert lm_head_ratio({"hidden_size": 8}) is None
+
+
+def test_the_head_probe_measures_the_lm_head_rows_a_prefill_skips(tmp_path: Path) -> None:
+    # a fake whose prompt_logprobs prefills pay 3 ms a row: verification's extra rows, which the
+    # prefix probe cannot see, come out of the pairs and into the fitted verify cost
+    with FakePrefixEngine(block=16, base_s=0.02, per_token_s=0.004, head_row_s=0.003) as fake:
+        _, run = _probe(fake)
+        saved: list[HeadPoint] = []
+        pairs = run_head_probe(Endpoint.parse(fake.url), "fake", list(range(500, 700)), rows=(1, 4, 16, 64),
+                               repeats=2, on_point=saved.append)
+    assert len(pairs) == 8 and all(p.ok for p in pairs) and saved == pairs
+    assert all(p.extra_s == pytest.approx(0.003 * p.rows, abs=0.004) for p in pairs)
+    curve = head_curve(pairs)
+    assert curve is not None and curve(32) == pytest.approx(0.096, rel=0.15)
+    assert curve.extra_s(4, 5) == pytest.approx(0.003 * 16, rel=0.2)  # 20 rows where decode computes 4
+    fit = fit_probe(run.points, draws=10, head_points=pairs)
+    assert fit.raw_per_token_s == pytest.approx(0.004, rel=0.15)
+    assert fit.verify.per_token_s == pytest.approx(0.007, rel=0.15) and fit.head is curve or fit.head == curve
+    assert fit.verify.source == "probe (+LM head measured)" and fit.head_ratio is None
+    assert all(d.per_token_s == pytest.approx(0.007, rel=0.25) for d in fit.draws)
+    # round trip through the run folder's file
+    from speclab.measure.probe import append_head_point
+    for pair in pairs:
+        append_head_point(tmp_path / "probe-head.jsonl", pair)
+    assert read_head_points(tmp_path / "probe-head.jsonl") == pairs
+
+
+def test_head_pairs_the_counters_do_not_prove_fall_back_to_the_config_share() -> None:
+    # nothing is ever cached here and every prompt is new, so a pair is refused only when the
+    # cache served part of it: a curve needs three sizes, and the config then prices the head
+    cached = [HeadPoint(r, 0, None, None, False, "3 of 5 tokens came from the prefix cache") for r in (1, 2, 4)]
+    assert head_curve(cached) is None
+    noisy = [HeadPoint(1, 0, 0.010, 0.012, True), HeadPoint(2, 0, 0.013, 0.012, True),
+             HeadPoint(4, 0, 0.020, 0.012, True), HeadPoint(8, 0, 0.019, 0.012, True)]
+    curve = head_curve(noisy)
+    assert curve is not None and curve.cost_s[0] == 0.0  # negative noise clipped
+    assert list(curve.cost_s) == sorted(curve.cost_s)  # more rows never cost less
+    assert curve(16) == pytest.approx(0.016)  # past the last size: the mean slope, as noise flattened the last
+    with FakePrefixEngine(block=16) as fake:
+        _, run = _probe(fake, batches=(1,), n_max=3, repeats=1)
+    smollm = {"hidden_size": 576, "vocab_size": 49152, "num_hidden_layers": 30, "num_attention_heads": 9,
+              "num_key_value_heads": 3, "intermediate_size": 1536}
+    fit = fit_probe(run.points, smollm, draws=2, head_points=cached)
+    assert fit.head is None and fit.head_ratio == pytest.approx(0.2667, abs=0.001)
+    assert any("made no curve" in note for note in fit.notes)
+
+
+def test_the_head_probe_refuses_a_pair_the_cache_served() -> None:
+    with FakePrefixEngine(block=4, head_row_s=0.001) as fake:
+        # the same salt twice: the second plain prefill finds its blocks cached
+        first = run_head_probe(Endpoint.parse(fake.url), "fake", list(range(100, 200)), rows=(8,), repeats=1, salt=7)
+        again = run_head_probe(Endpoint.parse(fake.url), "fake", list(range(100, 200)), rows=(8,), repeats=1, salt=7)
+    assert first[0].ok and not again[0].ok and "came from the prefix cache" in str(again[0].refused)
+    with pytest.raises(SpeclabError, match="needs 9 real tokens"):
+        run_head_probe(Endpoint.parse("http://127.0.0.1:9"), "fake", [1, 2, 3], rows=(8,))
 
 
 def test_the_speculative_mode_range_decides_or_names_what_would() -> None:

@@ -19,6 +19,12 @@ Per point (B sequences, n tokens each) the probe
 - times the step from the server's ``request_prefill_time_seconds`` histogram (the mean over
   the B requests), or from the client's latency where that histogram is missing (SGLang).
 
+A prefill computes logits for its last position only; verification computes them for every
+verified position. :func:`run_head_probe` measures that term on the same server (vLLM): pairs of
+uncached prefills of R + 1 tokens, one plain and one asking ``prompt_logprobs`` (logits, log
+softmax and rank at all R positions past the first), timed by the same histogram. Their
+difference is what R rows of the LM head cost on this engine, dtype and host.
+
 Measurement layer: this module talks to the server; the fit lives in
 :mod:`speclab.predict.probefit`.
 """
@@ -43,6 +49,11 @@ from speclab.measure.metrics import MetricsSnapshot, counter_delta, histogram_me
 from speclab.urls import Endpoint
 
 PROBE_JSONL = "probe.jsonl"
+HEAD_JSONL = "probe-head.jsonl"
+# LM-head rows probed (the prefill's prompt is one token longer); between and past them the
+# fit interpolates. A plan probes those up to twice its largest B x (k + 1): 128 for the
+# embedded plan (8 x 9 = 72), all of them for a GPU plan at concurrency 128.
+HEAD_ROWS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # A point is measured this many times (its median is used; the spread feeds the interval).
 PROBE_REPEATS = 3
 
@@ -365,4 +376,126 @@ def read_points(path: Path) -> list[ProbePoint]:
     for line in path.read_text().splitlines():
         with contextlib.suppress(ValueError, TypeError):
             points.append(ProbePoint(**json.loads(line)))
+    return points
+
+
+# --------------------------------------------------------------------------- the LM head's rows
+
+
+@dataclass
+class HeadPoint:
+    """One pair of uncached prefills of ``rows + 1`` tokens: with logits at every position
+    (``prompt_logprobs``) and plain (logits at the last position only)."""
+
+    rows: int
+    repeat: int
+    logits_s: float | None
+    plain_s: float | None
+    ok: bool
+    refused: str | None = None
+
+    @property
+    def extra_s(self) -> float | None:
+        """What the ``rows`` extra rows of logits cost (None for a refused pair)."""
+        if not self.ok or self.logits_s is None or self.plain_s is None:
+            return None
+        return self.logits_s - self.plain_s
+
+
+def _head_check(before: MetricsSnapshot, after: MetricsSnapshot, tokens: int, logits: bool) -> tuple[float | None, str | None]:
+    """The prefill's engine-side time, or why the counters refuse it: one request finished, no
+    token came from the cache, and (plain) every token was looked up and computed."""
+    finished = counter_delta(before, after, "requests")
+    hits = counter_delta(before, after, "prefix_cache_hits")
+    queries = counter_delta(before, after, "prefix_cache_queries")
+    prefill = histogram_mean(before, after, "prefill_time")
+    if finished is not None and round(finished) != 1:
+        return None, f"{finished:.0f} requests finished during one head probe: other traffic shared the step"
+    if hits is None or queries is None:
+        return None, "the server's counters do not show prefix-cache queries and hits"
+    if round(hits) != 0:
+        return None, f"{hits:.0f} of {tokens} tokens came from the prefix cache (the prompt was not new)"
+    if not logits and round(queries) != tokens:
+        return None, f"{queries:.0f} tokens were looked up where {tokens} were sent"
+    if prefill is None:
+        return None, "no prefill time histogram: the client's latency would include the logprobs' transfer"
+    return prefill, None
+
+
+def run_head_probe(
+    endpoint: Endpoint,
+    model: str,
+    tokens: Sequence[int],
+    *,
+    rows: Sequence[int] = HEAD_ROWS,
+    repeats: int = PROBE_REPEATS,
+    api_key_env: str | None = None,
+    salt: int | None = None,
+    on_point: Callable[[HeadPoint], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[HeadPoint]:
+    """Measure what ``rows`` extra rows of LM-head logits cost on a vLLM server, ``repeats``
+    pairs per size, from real ``tokens`` (the baseline's). Each prompt starts with its own
+    salt token, so no block of it can be in the prefix cache (the counters check it); the two
+    arms of a pair alternate their order between repeats, so a drifting host cancels out."""
+    import random
+
+    headers = auth_headers(api_key_env)
+    url = endpoint.api("completions")
+    source = [int(t) for t in tokens]
+    if len(source) < max(rows) + 1:
+        raise SpeclabError(f"The head probe needs {max(rows) + 1} real tokens; the baseline recorded {len(source)}.")
+    base = random.Random(salt).randrange(1000, 20000) if salt is None else salt
+    out: list[HeadPoint] = []
+    done = 0
+    with httpx.Client(timeout=httpx.Timeout(300.0), headers=headers) as client:
+
+        def prefill(prompt: list[int], logits: bool) -> tuple[float | None, str | None]:
+            body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
+            if logits:
+                body["prompt_logprobs"] = 0
+            before = scrape_metrics(client, endpoint)
+            response = client.post(url, json=body)
+            if response.status_code in (401, 403):
+                raise SpeclabError(f"The server refused the head probe (HTTP {response.status_code}); check api_key_env.")
+            if not response.is_success:
+                return None, f"HTTP {response.status_code} for a {'prompt_logprobs' if logits else 'plain'} prefill"
+            time.sleep(0.05)  # the engine publishes its counters after the step
+            return _head_check(before, scrape_metrics(client, endpoint), len(prompt), logits)
+
+        for repeat in range(repeats):
+            for size in rows:
+                salted = []
+                for arm in range(2):
+                    start = (done * 2 + arm) * 7 % max(len(source) - size, 1)
+                    salted.append([base + done * 2 + arm] + source[start:start + size])
+                order = (True, False) if repeat % 2 else (False, True)
+                timed: dict[bool, tuple[float | None, str | None]] = {}
+                for logits, prompt in zip(order, salted, strict=True):
+                    timed[logits] = prefill(prompt, logits)
+                refused = timed[True][1] or timed[False][1]
+                point = HeadPoint(size, repeat, timed[True][0], timed[False][0], refused is None, refused)
+                out.append(point)
+                if on_point is not None:
+                    on_point(point)
+                done += 1
+                if progress is not None:
+                    progress(done)
+    return out
+
+
+def append_head_point(path: Path, point: HeadPoint) -> None:
+    """Append one head pair to ``probe-head.jsonl`` as it is measured."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(asdict(point)) + "\n")
+
+
+def read_head_points(path: Path) -> list[HeadPoint]:
+    """The pairs of a ``probe-head.jsonl``; an absent file gives none."""
+    if not path.exists():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError, TypeError):
+            points.append(HeadPoint(**json.loads(line)))
     return points

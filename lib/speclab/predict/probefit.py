@@ -9,10 +9,15 @@ a knee, the knee searched up to GPU sizes of hundreds of tokens).
 What the probe cannot see, added here:
 
 - **Logits for every verified position.** A prefill computes logits for its last position
-  only; a verification step computes them for all k + 1 positions. Each extra verified token
-  therefore also pays one row of the LM head, whose share of a token's arithmetic is read from
-  the model's config (:func:`lm_head_ratio`): 27 % of the rest for SmolLM2-135M (vocabulary
-  49,152 against 30 small layers), about 4 % for Kimi-K2.5's active parameters.
+  only; a verification step computes them for all k + 1 positions, B x n rows of the LM head
+  where a decode step computes B. Measured where the server allows it
+  (:func:`speclab.measure.probe.run_head_probe`, vLLM): :func:`head_curve` turns its pairs into
+  the cost of R rows, and every probe point gains ``H(B x n) - H(B)`` before the fit, so the
+  head's own regime shows (on a CPU in float32 a few extra rows cost almost nothing beside the
+  weight read one row already pays). Otherwise the head's share of a token's arithmetic is read
+  from the model's config (:func:`lm_head_ratio`): 27 % of the rest for SmolLM2-135M
+  (vocabulary 49,152 against 30 small layers), about 4 % for Kimi-K2.5's active parameters;
+  that share assumes every row costs its arithmetic, which overprices a memory-bound head.
 - The rejection sampler: greedy verification takes an argmax per verified row, a vocabulary-
   sized pass against the LM head's hidden x vocabulary GEMM per row; left out (under 0.2 %).
 - The engine's own cost of running in speculative mode (the proposer, async scheduling off,
@@ -23,7 +28,7 @@ What the probe cannot see, added here:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -74,10 +79,54 @@ def lm_head_ratio(config: Mapping[str, Any]) -> float | None:
     return hidden * vocab / body if body > 0 else None
 
 
+# The head curve needs this many row sizes with a usable pair (a line needs two; a third
+# shows its shape).
+HEAD_MIN_SIZES = 3
+
+
+@dataclass(frozen=True)
+class HeadCurve:
+    """What R rows of LM-head logits cost, from the head probe's pairs: the median difference
+    per size, made non-decreasing (more rows never cost less; noise can say so), zero at
+    R = 0, interpolated between sizes and extended past the largest by the last segment's slope,
+    or by the mean slope from R = 0 where noise flattened the last segment (past hundreds of rows
+    a head is bound by its arithmetic, which grows with every row)."""
+
+    rows: tuple[float, ...]
+    cost_s: tuple[float, ...]
+    pairs: int
+
+    def __call__(self, rows: float) -> float:
+        xs = np.array((0.0, *self.rows))
+        ys = np.array((0.0, *self.cost_s))
+        if rows <= xs[-1]:
+            return float(np.interp(rows, xs, ys))
+        slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), ys[-1] / xs[-1])
+        return float(ys[-1] + slope * (rows - xs[-1]))
+
+    def extra_s(self, batch: float, tokens: float) -> float:
+        """A step of ``batch`` sequences verifying ``tokens`` each, beside a decode step of ``batch``."""
+        return max(0.0, self(batch * tokens) - self(batch))
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame({"rows": self.rows, "head_ms": [c * 1e3 for c in self.cost_s]})
+
+
+def head_curve(points: Sequence[Any]) -> HeadCurve | None:
+    """The curve from usable head pairs, or None with fewer than :data:`HEAD_MIN_SIZES` sizes."""
+    frame = pd.DataFrame([{"rows": p.rows, "extra_s": p.extra_s} for p in points if p.extra_s is not None])
+    if frame.empty or frame["rows"].nunique() < HEAD_MIN_SIZES:
+        return None
+    medians = frame.groupby("rows")["extra_s"].median().sort_index()
+    cost = np.maximum.accumulate(np.clip(medians.to_numpy(float), 0.0, None))
+    return HeadCurve(tuple(float(r) for r in medians.index), tuple(float(c) for c in cost), len(frame))
+
+
 @dataclass
 class ProbeFit:
     """The probe's verify cost (head term included, no per-step overhead), how it was made,
-    and bootstrap draws of it for the prediction interval."""
+    and bootstrap draws of it for the prediction interval. ``head`` is the measured head curve
+    (None: the config's share, ``head_ratio``, priced the head instead)."""
 
     verify: VerifyCost
     raw_per_token_s: float
@@ -85,6 +134,7 @@ class ProbeFit:
     table: pd.DataFrame
     draws: list[VerifyCost] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    head: HeadCurve | None = None
 
     def per_token_ms(self, batch: float, draft_tokens_per_seq: float) -> float:
         """Milliseconds per draft token of a step of ``batch`` sequences drafting that many each."""
@@ -117,24 +167,49 @@ def _points(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return base, spec
 
 
+def _with_head(points: Sequence[Any], head: HeadCurve) -> list[Any]:
+    """The probe's points as verification steps: each step plus the head rows it did not compute."""
+    return [replace(p, step_s=p.step_s + head.extra_s(p.batch, p.tokens)) if p.ok and p.step_s else p
+            for p in points]
+
+
 def fit_probe(points: Sequence[Any], config: Mapping[str, Any] | None = None, *, draws: int = 200,
-              seed: int = 0) -> ProbeFit:
-    """Fit the verify cost on the probe's usable points and add the LM-head term from ``config``."""
-    table = probe_table(points)
-    base, spec = _points(table)
-    fitted = fit_step_time(base, spec, source="probe", fit_overhead=False, knee_tokens=None, knees=PROBE_KNEES)
-    raw = fitted.verify
-    ratio = lm_head_ratio(config) if config else None
-    notes = list(fitted.notes)
-    if ratio is None:
-        notes.append("no model config: the LM head's logits for every verified position are not priced")
-    scale = 1.0 + (ratio or 0.0)
-    verify = raw.model_copy(update={"per_token_s": raw.per_token_s * scale,
-                                    "source": "probe" + (f" (+{ratio:.0%} LM head)" if ratio else "")})
+              seed: int = 0, head_points: Sequence[Any] = ()) -> ProbeFit:
+    """Fit the verify cost on the probe's usable points plus the LM-head term: measured from
+    ``head_points`` where they make a curve, else the share read from ``config``."""
+
+    def fit(chosen: Sequence[Any]) -> Any:
+        return fit_step_time(*_points(probe_table(chosen)), source="probe", fit_overhead=False,
+                             knee_tokens=None, knees=PROBE_KNEES)
+
+    unpriced = fit(points)
+    raw = unpriced.verify
+    head = head_curve(head_points)
+    ratio: float | None = None
+    if head is not None:  # the head rows measured: the points become verification steps
+        priced = _with_head(points, head)
+        fitted = fit(priced)
+        notes = list(fitted.notes)
+        verify = fitted.verify.model_copy(update={"source": "probe (+LM head measured)"})
+        drawn = _draws(priced, fitted.verify, 1.0, draws, seed)
+    else:
+        notes = list(unpriced.notes)
+        ratio = lm_head_ratio(config) if config else None
+        if ratio is None:
+            notes.append("no model config: the LM head's logits for every verified position are not priced")
+        elif head_points:
+            notes.append(f"the head probe made no curve ({len(head_points)} pairs, fewer than {HEAD_MIN_SIZES} "
+                         f"sizes usable): the LM head is priced from the config's share (+{ratio:.0%}), assumed")
+        scale = 1.0 + (ratio or 0.0)
+        verify = raw.model_copy(update={"per_token_s": raw.per_token_s * scale,
+                                        "source": "probe" + (f" (+{ratio:.0%} LM head)" if ratio else "")})
+        drawn = _draws(points, raw, scale, draws, seed)
+    table = probe_table(priced if head is not None else points)  # the steps the verify cost was fitted to
+    base, _ = _points(table)
     one = dict(zip(base["batch"], base["step_s"], strict=True))
     table = table.assign(fitted_step_s=[one[b] + verify.extra_s(b * (n - 1), b) if b in one else None
                                         for b, n in zip(table["batch"], table["tokens"], strict=True)])
-    return ProbeFit(verify, raw.per_token_s, ratio, table, _draws(points, raw, scale, draws, seed), notes)
+    return ProbeFit(verify, raw.per_token_s, ratio, table, drawn, notes, head)
 
 
 def _draws(points: Sequence[Any], raw: VerifyCost, scale: float, n: int, seed: int) -> list[VerifyCost]:
