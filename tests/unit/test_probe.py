@@ -134,7 +134,8 @@ def test_the_head_probe_measures_the_lm_head_rows_a_prefill_skips(tmp_path: Path
     assert curve.extra_s(4, 5) == pytest.approx(0.003 * 16, rel=0.2)  # 20 rows where decode computes 4
     fit = fit_probe(run.points, draws=10, head_points=pairs)
     assert fit.raw_per_token_s == pytest.approx(0.004, rel=0.15)
-    assert fit.verify.per_token_s == pytest.approx(0.007, rel=0.15) and fit.head is curve or fit.head == curve
+    assert fit.verify.per_token_s == pytest.approx(0.007, rel=0.15)
+    assert fit.head == curve
     assert fit.verify.source == "probe (+LM head measured)" and fit.head_ratio is None
     assert all(d.per_token_s == pytest.approx(0.007, rel=0.25) for d in fit.draws)
     # round trip through the run folder's file
