@@ -375,7 +375,7 @@ def measure_head_later(out: Path, dtype: str, levels: list[int], n_max: int) -> 
     """The head probe on a fresh embedded server of ``dtype``, for a folder probed without it:
     pairs into test-baseline/probe-head.jsonl, and probe-head.json saying when and that it was
     measured apart from the folder's own runs."""
-    from speclab.measure.probe import HEAD_JSONL, HEAD_ROWS, probe_sequences
+    from speclab.measure.probe import HEAD_JSONL, head_rows, probe_sequences
     from speclab.runfolder import read_records
     from speclab.runs import utc_now
 
@@ -386,9 +386,8 @@ def measure_head_later(out: Path, dtype: str, levels: list[int], n_max: int) -> 
 
     block = int(read_json(test_base / "probe.json").get("block_size", 128)) if (test_base / "probe.json").exists() else 128
     sequences = probe_sequences(read_records(test_base), block, n_max)  # its real tokens
-    rows = [r for r in HEAD_ROWS if r <= 2 * max(levels) * n_max]
     with serve_target(ServerTarget(dtype=dtype)) as live:
-        summary = measure_head(live, test_base, sequences, rows)
+        summary = measure_head(live, test_base, sequences, head_rows(levels, n_max, 2048))
     write_json(test_base / "probe-head.json", {**summary, "measured_utc": utc_now(), "dtype": dtype,
                                                "separately": "after the folder's runs, on a fresh server"})
     print(f"head probe: {summary.get('head_usable', 0)}/{summary['head_pairs']} pairs usable"
@@ -399,11 +398,11 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
                     dtype: str) -> None:
     """Side by side per verify-cost source: per-token cost by batch, cells, 'all' rows, coverage,
     interval width; issue 25's targets for the probe."""
-    from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL, read_head_points, read_points
+    from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL, HeadPoint, read_points
     from speclab.predict.probefit import fit_probe, head_curve
 
     test_base = out / "test-baseline"
-    curve = head_curve(read_head_points(test_base / HEAD_JSONL))
+    curve = head_curve(read_points(test_base / HEAD_JSONL, HeadPoint))
     if curve is not None:
         print("\n== the LM head's rows, measured (prompt_logprobs prefill minus a plain one, median of the pairs)")
         print(curve.table().round(2).to_string(index=False))

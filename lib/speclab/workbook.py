@@ -150,11 +150,11 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
     from speclab.auth import auth_headers, basic_auth_headers
     from speclab.measure.metrics import scrape_metrics
     from speclab.measure.probe import (
-        HEAD_ROWS,
         PROBE_JSONL,
         PROBE_REPEATS,
         append_point,
         cache_layout,
+        head_rows,
         probe_sequences,
         refuse_without_prefix_cache,
         run_probe,
@@ -173,16 +173,15 @@ def probe_live(live: Any, run_dir: Path, *, batches: Sequence[int], n_max: int, 
     from speclab.measure import progress as bars
 
     # the LM head's rows (vLLM: prompt_logprobs); SGLang's head is priced from the config
-    head_rows = [r for r in HEAD_ROWS if r <= 2 * max(batches) * n_max and r < int(max_len)
-                 ] if layout.engine == "vllm" else []
+    rows = head_rows(batches, n_max, int(max_len)) if layout.engine == "vllm" else []
     started = time.perf_counter()
-    with bars.bar(total=(len(batches) * n_max + len(head_rows)) * PROBE_REPEATS, desc="verify-cost probe",
+    with bars.bar(total=(len(batches) * n_max + len(rows)) * PROBE_REPEATS, desc="verify-cost probe",
                   unit="point", show=progress) as bar:
         probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
                           max_model_len=int(max_len), api_key_env=api_key_env,
                           on_point=lambda point: append_point(run_dir / PROBE_JSONL, point),
                           progress=lambda done: bar.update(1))
-        head = measure_head(live, run_dir, sequences, head_rows, api_key_env, lambda done: bar.update(1))
+        head = measure_head(live, run_dir, sequences, rows, api_key_env, lambda done: bar.update(1))
     summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
                "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
                "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
@@ -199,7 +198,7 @@ def measure_head(live: Any, run_dir: Path, sequences: Sequence[Any], rows: Seque
     """The head probe (:func:`speclab.measure.probe.run_head_probe`) over the probe's own real
     tokens, pairs appended to probe-head.jsonl as measured; its summary fields for probe.json.
     No rows (SGLang): nothing is measured and the summary says the config prices the head."""
-    from speclab.measure.probe import HEAD_JSONL, append_head_point, run_head_probe
+    from speclab.measure.probe import HEAD_JSONL, append_point, run_head_probe
 
     tokens = [t for seq in sequences for t in seq.tokens]
     rows = [r for r in rows if r + 1 <= len(tokens)]
@@ -207,7 +206,7 @@ def measure_head(live: Any, run_dir: Path, sequences: Sequence[Any], rows: Seque
         return {"head_pairs": 0, "head_from": "the model config's share (no head probe on this engine)"}
     pairs = run_head_probe(live.endpoint.without_credentials(), live.model, tokens, rows=rows,
                            api_key_env=api_key_env,
-                           on_point=lambda pair: append_head_point(run_dir / HEAD_JSONL, pair), progress=progress)
+                           on_point=lambda pair: append_point(run_dir / HEAD_JSONL, pair), progress=progress)
     usable = [p for p in pairs if p.ok]
     return {"head_pairs": len(pairs), "head_usable": len(usable),
             "head_refusals": sorted({p.refused for p in pairs if p.refused}),

@@ -18,7 +18,7 @@ from speclab.measure.probe import (
     check_point,
     layout_from_server_info,
     probe_sequences,
-    read_head_points,
+    read_points,
     refuse_without_prefix_cache,
     run_head_probe,
     run_probe,
@@ -139,10 +139,10 @@ def test_the_head_probe_measures_the_lm_head_rows_a_prefill_skips(tmp_path: Path
     assert fit.verify.source == "probe (+LM head measured)" and fit.head_ratio is None
     assert all(d.per_token_s == pytest.approx(0.007, rel=0.25) for d in fit.draws)
     # round trip through the run folder's file
-    from speclab.measure.probe import append_head_point
+    from speclab.measure.probe import append_point
     for pair in pairs:
-        append_head_point(tmp_path / "probe-head.jsonl", pair)
-    assert read_head_points(tmp_path / "probe-head.jsonl") == pairs
+        append_point(tmp_path / "probe-head.jsonl", pair)
+    assert read_points(tmp_path / "probe-head.jsonl", HeadPoint) == pairs
 
 
 def test_head_pairs_the_counters_do_not_prove_fall_back_to_the_config_share() -> None:

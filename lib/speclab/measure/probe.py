@@ -362,20 +362,22 @@ def _point(before: MetricsSnapshot, after: MetricsSnapshot, batch: int, n: int, 
     return check_point(point, counter_delta(before, after, "requests"))
 
 
-def append_point(path: Path, point: ProbePoint) -> None:
-    """Append one point to ``probe.jsonl`` as it is measured (a crash keeps what was probed)."""
+def append_point(path: Path, point: ProbePoint | HeadPoint) -> None:
+    """Append one point (or head pair) to ``probe.jsonl`` (``probe-head.jsonl``) as it is
+    measured (a crash keeps what was probed)."""
     with open(path, "a") as handle:
         handle.write(json.dumps(asdict(point)) + "\n")
 
 
-def read_points(path: Path) -> list[ProbePoint]:
-    """The points of a ``probe.jsonl``; an absent file gives none."""
+def read_points(path: Path, kind: type[Any] | None = None) -> list[Any]:
+    """The points of a ``probe.jsonl`` (``kind`` HeadPoint: the pairs of a ``probe-head.jsonl``);
+    an absent file gives none."""
     if not path.exists():
         return []
     points = []
     for line in path.read_text().splitlines():
         with contextlib.suppress(ValueError, TypeError):
-            points.append(ProbePoint(**json.loads(line)))
+            points.append((kind or ProbePoint)(**json.loads(line)))
     return points
 
 
@@ -420,6 +422,12 @@ def _head_check(before: MetricsSnapshot, after: MetricsSnapshot, tokens: int, lo
     if prefill is None:
         return None, "no prefill time histogram: the client's latency would include the logprobs' transfer"
     return prefill, None
+
+
+def head_rows(batches: Sequence[int], n_max: int, max_model_len: int) -> list[int]:
+    """The head probe's sizes for a plan: :data:`HEAD_ROWS` up to twice its largest B x n
+    (and below the server's context length)."""
+    return [r for r in HEAD_ROWS if r <= 2 * max(batches) * n_max and r < max_model_len]
 
 
 def run_head_probe(
@@ -482,20 +490,3 @@ def run_head_probe(
                 if progress is not None:
                     progress(done)
     return out
-
-
-def append_head_point(path: Path, point: HeadPoint) -> None:
-    """Append one head pair to ``probe-head.jsonl`` as it is measured."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(asdict(point)) + "\n")
-
-
-def read_head_points(path: Path) -> list[HeadPoint]:
-    """The pairs of a ``probe-head.jsonl``; an absent file gives none."""
-    if not path.exists():
-        return []
-    points = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError, TypeError):
-            points.append(HeadPoint(**json.loads(line)))
-    return points

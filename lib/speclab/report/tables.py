@@ -310,11 +310,11 @@ def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:
         model.origin = "calibrate"
         return model
     if source == "probe" and not record.get("probe_failed"):
-        from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL, read_head_points, read_points
+        from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL, HeadPoint, read_points
         from speclab.predict.probefit import fit_probe
 
         fit = fit_probe(read_points(Path(baseline_dir) / PROBE_JSONL), record.get("target_config_json"),
-                        head_points=read_head_points(Path(baseline_dir) / HEAD_JSONL))
+                        head_points=read_points(Path(baseline_dir) / HEAD_JSONL, HeadPoint))
         model = baseline_step_model(baseline_dir, fit.verify, source="probe")
         model.verify_draws = fit.draws
         model.notes += fit.notes
