@@ -57,8 +57,10 @@ for a folder probed before the head probe existed, and says that it was measured
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -394,6 +396,75 @@ def measure_head_later(out: Path, dtype: str, levels: list[int], n_max: int) -> 
           + (f"; refused: {summary['head_refusals']}" if summary.get("head_refusals") else ""))
 
 
+def _source_row(source: str, option: SpecOption, table: pd.DataFrame, rounds: int) -> dict[str, object]:
+    """One line of the per-source summary: cells, 'all' rows, coverage, interval width."""
+    truth = "measured_mean" if rounds == 2 else "measured_speedup"
+    table = table.assign(error_vs_truth_pct=(table["predicted_speedup"] / table[truth] - 1) * 100)
+    width = (table["predicted_speedup_high"] - table["predicted_speedup_low"]) / table["predicted_speedup"] * 100
+    every = table[table["category"] == "all"]
+    cells = table[(table["category"] != "all") & (table["concurrency"] <= 8)]
+    return {
+        "source": source, "option": option.label,
+        "cells_within_10pct_c_le_8": f"{int((cells['error_vs_truth_pct'].abs() <= 10).sum())}/{len(cells)}",
+        "all_rows_error_pct": ", ".join(f"c={int(r.concurrency)} {r.error_vs_truth_pct:+.1f}"
+                                       for r in every.itertuples()),
+        "all_rows_max_abs_pct": float(every["error_vs_truth_pct"].abs().max()),
+        "coverage": float(table["within_interval"].mean()),
+        "median_interval_width_pct": float(width.median()),
+        "cells_ok": int((cells["error_vs_truth_pct"].abs() <= 10).sum()),
+    }
+
+
+def own_steps(out: Path, options: list[SpecOption], probe: CalibratedStepTime | None) -> dict[str, pd.DataFrame]:
+    """After the restart: every test run's own engine steps against the test baseline's
+    (speclab.predict.ownsteps): a draft token's price beside the probe's, and speculative mode's
+    own cost per step beside the range the predictions assumed. Written to own-steps-<option>.csv."""
+    from speclab.predict.ownsteps import own_step_parts
+
+    parts: dict[str, pd.DataFrame] = {}
+    for option in options:
+        frame = own_step_parts(out / "test-baseline", out / f"test-{option.method}")
+        if probe is not None and not frame.empty:
+            frame["probe_draft_token_ms"] = [
+                probe.verify.extra_s(d, c) / d * 1e3 if d > 0 else float("nan")
+                for c, d in zip(frame["concurrency"], frame["draft_tokens_mean"], strict=True)]
+            frame["probe_over_own"] = frame["probe_draft_token_ms"] / frame["draft_token_ms"]
+        frame.to_csv(out / f"own-steps-{option.method}.csv", index=False)
+        parts[option.method] = frame
+        assumed = probe.spec_mode_overhead_s if probe is not None else None
+        print(f"\n== {option.label}: the test run's own engine steps (after the restart; ms; the draft token's price is "
+              f"the slope within the speculative run, speculative mode's cost its no-draft step against the "
+              f"baseline's at the same batch and context"
+              + (f"; the predictions assumed {assumed[0] * 1e3:g} to {assumed[1] * 1e3:g} ms)" if assumed else ")"))
+        print(frame.round(2).to_string(index=False) if not frame.empty else "(too few clean steps)")
+    return parts
+
+
+def borrowed_overhead(out: Path, options: list[SpecOption], probe: CalibratedStepTime,
+                      measured: Callable[[SpecOption, CalibratedStepTime], pd.DataFrame]
+                      ) -> list[tuple[SpecOption, SpecOption, pd.DataFrame]]:
+    """Each option predicted with the probe and, in place of the assumed range, speculative mode's
+    own cost as another option's test run measured it on this server (its cost +- 2 standard
+    errors, per concurrency): what a second option's prediction can know once one restart is paid.
+    Rows at concurrencies the other run could not measure are left out."""
+    from speclab.predict.ownsteps import overhead_by_concurrency, own_step_parts
+
+    out_rows = []
+    for option in options:
+        for other in options:
+            if other.method == option.method:
+                continue
+            parts = own_step_parts(out / "test-baseline", out / f"test-{other.method}")
+            if parts.empty:
+                continue
+            model = copy.copy(probe)
+            model.spec_mode_overhead_by_concurrency = overhead_by_concurrency(parts)
+            model.spec_mode_overhead_origin = f"test-{other.method}"
+            table = measured(option, model)
+            out_rows.append((option, other, table[table["concurrency"].isin(parts["concurrency"])]))
+    return out_rows
+
+
 def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: dict[str, CalibratedStepTime],
                     dtype: str) -> None:
     """Side by side per verify-cost source: per-token cost by batch, cells, 'all' rows, coverage,
@@ -427,33 +498,24 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
                     config_only.verify.extra_s(b * 4.0, b) / (b * 4.0) * 1e3 for b in per_token["batch"]]
     print(per_token.round(3).to_string(index=False))
     per_token.to_csv(out / "verify-cost-by-source.csv", index=False)
+    parts = own_steps(out, options, models.get("probe"))
     spec_runs = {path.name.removeprefix("test-"): path for path in out.glob("test-*") if path.is_dir()}
-    summary = []
-    for source, model in models.items():
-        for option in options:
-            table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
-            truth = "measured_speedup"
-            if rounds == 2:
-                again = compare_predicted_measured(out / "test-baseline-r2", spec_runs[f"{option.method}-r2"],
-                                                   cost_model=model, option=option)
-                table = table.merge(again[["category", "concurrency", "measured_speedup"]].rename(
-                    columns={"measured_speedup": "measured_r2"}), on=["category", "concurrency"], how="left")
-                table["measured_mean"] = (table["measured_speedup"] * table["measured_r2"]) ** 0.5
-                truth = "measured_mean"
-            table["error_vs_truth_pct"] = (table["predicted_speedup"] / table[truth] - 1) * 100
-            width = (table["predicted_speedup_high"] - table["predicted_speedup_low"]) / table["predicted_speedup"] * 100
-            every = table[table["category"] == "all"]
-            cells = table[(table["category"] != "all") & (table["concurrency"] <= 8)]
-            summary.append({
-                "source": source, "option": option.label,
-                "cells_within_10pct_c_le_8": f"{int((cells['error_vs_truth_pct'].abs() <= 10).sum())}/{len(cells)}",
-                "all_rows_error_pct": ", ".join(f"c={int(r.concurrency)} {r.error_vs_truth_pct:+.1f}"
-                                               for r in every.itertuples()),
-                "all_rows_max_abs_pct": float(every["error_vs_truth_pct"].abs().max()),
-                "coverage": float(table["within_interval"].mean()),
-                "median_interval_width_pct": float(width.median()),
-                "cells_ok": int((cells["error_vs_truth_pct"].abs() <= 10).sum()),
-            })
+
+    def measured(option: SpecOption, model: CalibratedStepTime) -> pd.DataFrame:
+        table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
+        if rounds == 2:
+            again = compare_predicted_measured(out / "test-baseline-r2", spec_runs[f"{option.method}-r2"],
+                                               cost_model=model, option=option)
+            table = table.merge(again[["category", "concurrency", "measured_speedup"]].rename(
+                columns={"measured_speedup": "measured_r2"}), on=["category", "concurrency"], how="left")
+            table["measured_mean"] = (table["measured_speedup"] * table["measured_r2"]) ** 0.5
+        return table
+
+    summary = [_source_row(source, option, measured(option, model), rounds)
+               for source, model in models.items() for option in options]
+    if "probe" in models:
+        for option, other, table in borrowed_overhead(out, options, models["probe"], measured):
+            summary.append(_source_row(f"probe + {other.method}'s spec-mode cost", option, table, rounds))
     frame = pd.DataFrame(summary)
     frame.to_csv(out / "sources.csv", index=False)
     print(f"\n== per verify-cost source ({dtype}; errors against {'the two rounds mean' if rounds == 2 else 'round 1'})")
@@ -466,6 +528,14 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
             print(f"probe's per-token verify cost within 15 % of calibrate's at every batch: "
                   f"{', '.join(f'B={int(r.batch)} {r.probe_over_calibrate:.2f}x' for r in per_token.itertuples())} "
                   f"-> {'PASS' if worst <= 15 else 'MISS'}")
+        for method, own in parts.items():
+            if "probe_over_own" in own and not own.empty:
+                worst = (own["probe_over_own"] - 1).abs().max() * 100
+                print(f"(after the restart) the probe's draft-token price within 15 % of the {method} run's own "
+                      f"steps at every concurrency: "
+                      f"{', '.join(f'c={int(r.concurrency)} {r.probe_over_own:.2f}x' for r in own.itertuples())} "
+                      f"-> {'PASS' if worst <= 15 else 'MISS'}; speculative mode's own cost measured "
+                      f"{', '.join(f'c={int(r.concurrency)} {r.spec_mode_cost_ms:+.1f}' for r in own.itertuples())} ms")
         for option in options:
             mine = frame[(frame["source"] == "probe") & (frame["option"] == option.label)].iloc[0]
             print(f"{option.label}: 'all' rows within +-{limit:g} % ({dtype}): {mine['all_rows_error_pct']} -> "

@@ -137,6 +137,9 @@ class SpecParams(_ServerParams):
     instance_sd: float = Field(
         INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
         description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+    spec_mode_overhead_from: str | None = Field(
+        None, description="an earlier 02 run of another option on this server and dtype: the speculative-mode cost "
+                          "its steps measured replaces the stated range in the predicted-vs-measured table")
 
     def option(self) -> SpecOption:
         if self.method == "ngram":

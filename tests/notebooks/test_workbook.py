@@ -61,6 +61,9 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
     assert (baseline / "requests.parquet").exists() and (ngram / "summary.json").exists()
     assert Run.open(ngram).manifest["baseline_run"] == str(baseline)
     assert Run.open(eagle).manifest["baseline_run"] == str(baseline) and Run.open(eagle).manifest["method"] == "eagle3"
+    # after the restart, 02 splits the option's own steps: speculative mode's cost and a draft token's price
+    own = (ngram / "notebook.ipynb").read_text()
+    assert "Speculative mode itself cost" in own and "give spec_mode_overhead_ms: [" in own
     assert "Published anchors" in (eagle / "next-steps-eagle.md").read_text()
     assert (eagle / "report_section" / "section.json").exists() and (eagle / "offline-prediction.json").exists()
     # predicted before the restart, from a real calibration run on other prompts

@@ -335,6 +335,20 @@ class CalibratedStepTime:
     verify_draws: list[VerifyCost] | None = None
     spec_mode_overhead_s: tuple[float, float] | None = None
     origin: str = ""  # probe | calibrate | baseline_slope | explicit: how the verify cost is known
+    # Speculative mode's own cost as a speculative run of this server measured it, per
+    # concurrency (speclab.predict.ownsteps, after a restart), in place of the stated range
+    # where it has the concurrency; ``spec_mode_overhead_origin`` names the run.
+    spec_mode_overhead_by_concurrency: dict[int, tuple[float, float]] | None = None
+    spec_mode_overhead_origin: str = ""
+
+    def spec_mode_overhead_for(self, concurrency: int) -> tuple[tuple[float, float] | None, str]:
+        """The speculative-mode range for one concurrency (seconds) and where it comes from:
+        measured by an earlier speculative run where it has the concurrency, else the stated range
+        (None for a calibrated model, whose fit measured its own)."""
+        measured = (self.spec_mode_overhead_by_concurrency or {}).get(int(concurrency))
+        if measured is not None and self.spec_mode_overhead_s is not None:  # calibrate's fit holds its own
+            return measured, f"measured in {self.spec_mode_overhead_origin}"
+        return self.spec_mode_overhead_s, "assumed"
 
     def __post_init__(self) -> None:
         frame = self.baseline.groupby("batch", as_index=False)["step_s"].mean().sort_values("batch")

@@ -331,7 +331,9 @@ def with_baseline_steps(cost_model: CalibratedStepTime, baseline_run_dir: str | 
     return CalibratedStepTime(cost_model.baseline, cost.speculative, points=cost_model.points,
                               notes=list(cost_model.notes), steps=cost, step_data=joined,
                               verify_draws=cost_model.verify_draws, spec_mode_overhead_s=cost_model.spec_mode_overhead_s,
-                              origin=cost_model.origin)
+                              origin=cost_model.origin,
+                              spec_mode_overhead_by_concurrency=cost_model.spec_mode_overhead_by_concurrency,
+                              spec_mode_overhead_origin=cost_model.spec_mode_overhead_origin)
 
 
 def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, note: str | None = None,
@@ -541,7 +543,8 @@ def predict_from_baseline(
                 speedup, spec_step = sim["speedup"], spec_step / factor
                 spec_batch = batch * sim["spec_batch"] / sim["baseline_batch"]
                 interval = _scaled_interval(interval, factor)
-            ranged = _overhead_range(speedup, spec_step, interval, cost_model.spec_mode_overhead_s)
+            overhead, overhead_source = cost_model.spec_mode_overhead_for(int(c))
+            ranged = _overhead_range(speedup, spec_step, interval, overhead)
             speedup, interval = ranged["speedup"], ranged["interval"]
             spec_step += ranged["overhead_s"]
             spec_for_break_even = base_step + cost_model.extra_s(batch, 1.0 + draft_fraction * k)
@@ -559,7 +562,8 @@ def predict_from_baseline(
                 "predicted_speedup": speedup,
                 **interval,
                 "break_even_overhead_ms": ranged["break_even_overhead_ms"],
-                "spec_mode_overhead_ms": ranged["range_text"],
+                "spec_mode_overhead_ms": ranged["range_text"]
+                + (f" ({overhead_source})" if overhead is not None and overhead_source != "assumed" else ""),
                 "verify_cost_source": cost_model.origin or cost_model.verify.source,
                 "dtype": dtype,
                 "predicted_interval_width_pct": (
@@ -794,7 +798,8 @@ def compare_predicted_measured(
     table = table.merge(counters, on=["category", "concurrency"], how="left")
     keep = ["category", "concurrency", "acceptance_rate", "mean_acceptance_length", "tokens_per_step",
             "verified_tokens_per_seq", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
-            "predicted_verdict", "predicted_tok_s", "baseline_tok_s"]
+            "predicted_verdict", "predicted_tok_s", "baseline_tok_s", "spec_mode_overhead_ms", "verify_cost_source",
+            "dtype"]
     table = predicted[keep].merge(table, on=["category", "concurrency"], how="inner")
     table = table.rename(columns={"acceptance_rate": "predicted_acceptance_rate",
                                   "mean_acceptance_length": "predicted_mean_acceptance_length"})

@@ -389,15 +389,108 @@ def read_predictions(baseline: RunData) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
 
-def predicted_vs_measured(baseline: RunData, option: RunData) -> pd.DataFrame:
-    """Predicted (baseline + its cost model) vs measured speedup per category x concurrency."""
+def predicted_vs_measured(baseline: RunData, option: RunData, overhead_from: str | Path | None = None) -> pd.DataFrame:
+    """Predicted (baseline + its cost model) vs measured speedup per category x concurrency.
+
+    ``overhead_from``: an earlier speculative run (02) of another option on the same server and
+    dtype; speculative mode's own cost its steps measured (:func:`own_steps_table`) replaces the
+    stated range at the concurrencies it measured."""
     from speclab.predict.predictions import compare_predicted_measured
 
     model = load_cost_model(baseline.path)
+    notes = []
+    if overhead_from is not None and model is not None:
+        notes.append(learn_overhead(model, overhead_from, option))
     table = compare_predicted_measured(baseline.path, option.path, cost_model=model)
     if model is None:
-        table.attrs["note"] = "no cost model saved with the baseline: fitted on this same pair (in-sample)"
+        notes.append("no cost model saved with the baseline: fitted on this same pair (in-sample)")
+    if notes:
+        table.attrs["note"] = "; ".join(notes)
     return table
+
+
+def learn_overhead(model: CalibratedStepTime, other_run: str | Path, option: RunData) -> str:
+    """Give ``model`` speculative mode's own cost as ``other_run`` (a 02 run of another option on
+    this server) measured it, per concurrency; one sentence saying what was used. Refused with a
+    sentence for a run that is not a finished 02 run, was served in another dtype, or is this run."""
+    from speclab.errors import SpeclabError
+    from speclab.predict.ownsteps import overhead_by_concurrency, own_step_parts
+    from speclab.runfolder import load_run
+
+    path = Path(other_run)
+    if not (path / "summary.json").exists() or not (path / "manifest.json").exists():
+        raise SpeclabError(f"spec_mode_overhead_from: {path} is not a finished 02-ngram run (no summary.json); give "
+                           "the folder of an earlier n-gram or suffix run on this server.")
+    other = load_run(path)
+    if path.resolve() == Path(option.path).resolve():
+        raise SpeclabError("spec_mode_overhead_from names this very run; give an earlier run of another option.")
+    mine, theirs = option.server.get("dtype"), other.server.get("dtype")
+    if mine and theirs and str(mine) != str(theirs):
+        raise SpeclabError(f"spec_mode_overhead_from: {run_id(path)} was served in {theirs} and this run in {mine}; "
+                           "speculative mode's cost differs by dtype, give a run of the same dtype.")
+    if model.spec_mode_overhead_s is None:
+        return (f"speculative mode's cost from {run_id(path)} not used: the {model.origin or 'calibrated'} cost model "
+                "measured its own")
+    their_baseline = other.manifest.get("baseline_run")
+    if not their_baseline or not (Path(their_baseline) / "plan.json").exists():
+        raise SpeclabError(f"spec_mode_overhead_from: {run_id(path)} names no baseline run that still exists; "
+                           "give a 02 run whose baseline folder is still there.")
+    parts = own_step_parts(their_baseline, path)
+    model.spec_mode_overhead_by_concurrency = overhead_by_concurrency(parts)
+    model.spec_mode_overhead_origin = run_id(path)
+    if parts.empty:
+        return f"{run_id(path)} had too few clean steps to measure speculative mode's cost; the stated range stays"
+    return (f"speculative mode's own cost measured in {run_id(path)} ("
+            + ", ".join(f"{r.spec_mode_cost_ms:+.1f} ms at c={int(r.concurrency)}" for r in parts.itertuples())
+            + ", +- 2 standard errors) replaces the stated range at those concurrencies")
+
+
+def own_steps_table(baseline: RunData, option: RunData) -> pd.DataFrame:
+    """After the restart, per concurrency: what the option's own engine steps say a draft token
+    and speculative mode itself cost (:mod:`speclab.predict.ownsteps`), beside what the
+    baseline's prediction priced them at. ``attrs['reading']``: the table in one sentence, and
+    the ``spec_mode_overhead_ms`` range for the next option's prediction on this server."""
+    from speclab.errors import SpeclabError
+    from speclab.predict.ownsteps import MIN_STEPS, overhead_range, own_step_parts
+
+    try:
+        parts = own_step_parts(baseline.path, option.path)
+    except SpeclabError as exc:
+        parts = pd.DataFrame()
+        parts.attrs["reading"] = f"This run's steps could not be split: {exc}"
+        return parts
+    if parts.empty:
+        parts.attrs["reading"] = (f"Too few clean engine steps to split (each run needs {MIN_STEPS} steps without a "
+                                  "prefill at one concurrency, the option's with and without drafts): raise the plan's "
+                                  "per_category or rounds.")
+        return parts
+    model = load_cost_model(baseline.path)
+    assumed = model.spec_mode_overhead_s if model is not None else None
+    if model is not None:
+        parts["predicted_draft_token_ms"] = [model.verify.extra_s(d, c) / d * 1e3 - model.verify.overhead_s / d * 1e3
+                                             if d > 0 else None
+                                             for c, d in zip(parts["concurrency"], parts["draft_tokens_mean"], strict=True)]
+        parts["verify_cost_source"] = model.origin or model.verify.source
+    parts["assumed_spec_mode_ms"] = (f"{assumed[0] * 1e3:g} to {assumed[1] * 1e3:g}" if assumed
+                                     else "measured (calibrate)" if model is not None else "none saved")
+    low, high = overhead_range(parts) or (float("nan"), float("nan"))
+    cost = ", ".join(f"{r.spec_mode_cost_ms:+.1f} ms at c={int(r.concurrency)}" for r in parts.itertuples())
+    price = ", ".join(f"{r.draft_token_ms:.2f} ms" if r.draft_token_ms == r.draft_token_ms else "no draft"
+                      for r in parts.itertuples())
+    reading = (f"Speculative mode itself cost {cost} a step beside the baseline's steps (this includes any "
+               f"difference between the two server instances); a verified draft token cost {price}")
+    if "predicted_draft_token_ms" in parts:
+        reading += (" against the prediction's " + ", ".join(f"{r.predicted_draft_token_ms:.2f}"
+                                                             for r in parts.itertuples()) + " ms")
+    if assumed:
+        outside = [int(r.concurrency) for r in parts.itertuples()
+                   if not assumed[0] * 1e3 <= r.spec_mode_cost_ms <= assumed[1] * 1e3]
+        reading += (f". The prediction assumed {assumed[0] * 1e3:g} to {assumed[1] * 1e3:g} ms"
+                    + (f", which missed the measured cost at c={', '.join(map(str, outside))}" if outside else ""))
+    reading += (f". To predict another option of this engine on this server and dtype, give spec_mode_overhead_ms: "
+                f"[{low:g}, {high:g}] (these costs +- 2 standard errors); another host or engine must measure its own.")
+    parts.attrs["reading"] = reading
+    return parts
 
 
 def predicted_speedup_grid(predicted: pd.DataFrame) -> pd.DataFrame:
