@@ -133,3 +133,15 @@ def test_learning_from_a_run_that_is_not_a_finished_02_run_is_refused(tmp_path) 
         learn_overhead(model, RUNS / "stream-f32-ngram", option)
     with pytest.raises(SpeclabError, match="names no baseline run that still exists"):
         learn_overhead(model, RUNS / "f32-ngram", option)
+
+
+def test_a_run_to_learn_from_is_checked_before_any_run_folder_is_made(tmp_path) -> None:
+    from speclab.errors import SpeclabError
+    from speclab.params import SpecParams
+    from speclab.workbook import check_notebook_inputs
+
+    params = SpecParams.validate_values({"baseline_run": str(RUNS / "stream-f32-baseline"),
+                                         "spec_mode_overhead_from": str(tmp_path / "gone")})
+    with pytest.raises(SpeclabError, match="spec_mode_overhead_from: .* is not a finished 02-ngram run"):
+        check_notebook_inputs(params)
+    check_notebook_inputs(params.model_copy(update={"spec_mode_overhead_from": str(RUNS / "stream-f32-ngram")}))

@@ -22,6 +22,9 @@ DEMO_SEQUENCE = (
     ("04-moespec", "params/04-moespec/default.yaml"),
     ("05-report", "params/05-report/default.yaml"),
 )
+# A demo run that predicts with speculative mode's cost measured by the demo's latest run of
+# another notebook (02's spec_mode_overhead_from): the suffix run learns from the n-gram run's steps.
+DEMO_LEARNS = {"params/02-ngram/suffix.yaml": "02-ngram"}
 
 
 def notebook_path(name: str) -> Path:
@@ -166,6 +169,7 @@ def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = (),
     ``phases`` (when given) receives (notebook and params, wall seconds) per notebook run.
     """
     last: Path | None = None
+    done: dict[str, Path] = {}  # each notebook's latest run of this demo
     if "03-eagle3-drafter" not in skip:
         _ensure_demo_drafter(phases)
     for notebook, params_file in DEMO_SEQUENCE:
@@ -173,7 +177,10 @@ def run_demo(outputs_root: str | None = None, skip: tuple[str, ...] = (),
             continue
         print(f"speclab demo: {notebook} with {params_file} ...", flush=True)
         started = time.perf_counter()
-        last = run_notebook(notebook, [str(repo_root() / params_file)], [], outputs_root=outputs_root)
+        learns = DEMO_LEARNS.get(params_file)
+        overrides = [f"spec_mode_overhead_from={done[learns]}"] if learns in done else []
+        last = run_notebook(notebook, [str(repo_root() / params_file)], overrides, outputs_root=outputs_root)
+        done[notebook] = last
         if phases is not None:
             phases.append((f"{notebook} ({Path(params_file).stem})", time.perf_counter() - started))
         print(f"  -> {last}", flush=True)

@@ -394,13 +394,23 @@ def predicted_vs_measured(baseline: RunData, option: RunData, overhead_from: str
 
     ``overhead_from``: an earlier speculative run (02) of another option on the same server and
     dtype; speculative mode's own cost its steps measured (:func:`own_steps_table`) replaces the
-    stated range at the concurrencies it measured."""
+    stated range at the concurrencies it measured. None: what the option's run was given
+    (its ``spec_mode_overhead_from``), so the report reads as 02 did; a run since moved away is
+    then said in the note, not raised."""
+    from speclab.errors import SpeclabError
     from speclab.predict.predictions import compare_predicted_measured
 
     model = load_cost_model(baseline.path)
     notes = []
-    if overhead_from is not None and model is not None:
-        notes.append(learn_overhead(model, overhead_from, option))
+    given = overhead_from is not None
+    overhead_from = overhead_from if given else (option.manifest.get("params") or {}).get("spec_mode_overhead_from")
+    if overhead_from and model is not None:
+        try:
+            notes.append(learn_overhead(model, overhead_from, option))
+        except SpeclabError as exc:
+            if given:
+                raise
+            notes.append(f"the assumed range stays: {exc}")
     table = compare_predicted_measured(baseline.path, option.path, cost_model=model)
     if model is None:
         notes.append("no cost model saved with the baseline: fitted on this same pair (in-sample)")
