@@ -732,7 +732,7 @@ def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
     lo, hi = interval.get("predicted_speedup_low"), interval.get("predicted_speedup_high")
     if lo is not None and hi is not None:
         ranged = {"predicted_speedup_low": lo * at(high_o), "predicted_speedup_high": hi * at(low_o)}
-    text = f"{low_o * 1e3:g}-{high_o * 1e3:g} ms"
+    text = f"{round(low_o * 1e3, 1):g}-{round(high_o * 1e3, 1):g} ms"  # measured ranges carry noise digits
     if ranged["predicted_speedup_low"] is None:
         verdict = PREDICTED_UNCLEAR
     elif ranged["predicted_speedup_low"] > 1.0:

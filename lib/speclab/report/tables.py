@@ -493,8 +493,9 @@ def own_steps_table(baseline: RunData, option: RunData) -> pd.DataFrame:
         reading += (" against the prediction's " + ", ".join(f"{r.predicted_draft_token_ms:.2f}"
                                                              for r in parts.itertuples()) + " ms")
     if assumed:
-        outside = [int(r.concurrency) for r in parts.itertuples()
-                   if not assumed[0] * 1e3 <= r.spec_mode_cost_ms <= assumed[1] * 1e3]
+        outside = [int(r.concurrency) for r in parts.itertuples()  # beyond two standard errors of the range
+                   if r.spec_mode_cost_ms + 2 * r.spec_mode_cost_se_ms < assumed[0] * 1e3
+                   or r.spec_mode_cost_ms - 2 * r.spec_mode_cost_se_ms > assumed[1] * 1e3]
         reading += (f". The prediction assumed {assumed[0] * 1e3:g} to {assumed[1] * 1e3:g} ms"
                     + (f", which missed the measured cost at c={', '.join(map(str, outside))}" if outside else ""))
     reading += (f". To predict another option of this engine on this server and dtype, give spec_mode_overhead_ms: "
