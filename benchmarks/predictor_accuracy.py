@@ -425,9 +425,8 @@ def own_steps(out: Path, options: list[SpecOption], probe: CalibratedStepTime | 
     for option in options:
         frame = own_step_parts(out / "test-baseline", out / f"test-{option.method}")
         if probe is not None and not frame.empty:
-            frame["probe_draft_token_ms"] = [
-                probe.verify.extra_s(d, c) / d * 1e3 if d > 0 else float("nan")
-                for c, d in zip(frame["concurrency"], frame["draft_tokens_mean"], strict=True)]
+            frame["probe_draft_token_ms"] = [probe.verify.token_price_s(d, c) * 1e3 for c, d in
+                                             zip(frame["concurrency"], frame["draft_tokens_mean"], strict=True)]
             frame["probe_over_own"] = frame["probe_draft_token_ms"] / frame["draft_token_ms"]
         frame.to_csv(out / f"own-steps-{option.method}.csv", index=False)
         parts[option.method] = frame
@@ -440,28 +439,28 @@ def own_steps(out: Path, options: list[SpecOption], probe: CalibratedStepTime | 
     return parts
 
 
-def borrowed_overhead(out: Path, options: list[SpecOption], probe: CalibratedStepTime,
+def borrowed_overhead(options: list[SpecOption], parts: dict[str, pd.DataFrame], probe: CalibratedStepTime,
                       measured: Callable[[SpecOption, CalibratedStepTime], pd.DataFrame]
                       ) -> list[tuple[SpecOption, SpecOption, pd.DataFrame]]:
     """Each option predicted with the probe and, in place of the assumed range, speculative mode's
     own cost as another option's test run measured it on this server (its cost +- 2 standard
     errors, per concurrency): what a second option's prediction can know once one restart is paid.
-    Rows at concurrencies the other run could not measure are left out."""
-    from speclab.predict.ownsteps import overhead_by_concurrency, own_step_parts
+    Rows at concurrencies the other run could not measure are left out. ``parts``: :func:`own_steps`."""
+    from speclab.predict.ownsteps import overhead_by_concurrency
 
     out_rows = []
     for option in options:
         for other in options:
             if other.method == option.method:
                 continue
-            parts = own_step_parts(out / "test-baseline", out / f"test-{other.method}")
-            if parts.empty:
+            theirs = parts[other.method]
+            if theirs.empty:
                 continue
             model = copy.copy(probe)
-            model.spec_mode_overhead_by_concurrency = overhead_by_concurrency(parts)
+            model.spec_mode_overhead_by_concurrency = overhead_by_concurrency(theirs)
             model.spec_mode_overhead_origin = f"test-{other.method}"
             table = measured(option, model)
-            out_rows.append((option, other, table[table["concurrency"].isin(parts["concurrency"])]))
+            out_rows.append((option, other, table[table["concurrency"].isin(theirs["concurrency"])]))
     return out_rows
 
 
@@ -484,7 +483,7 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
         row: dict[str, object] = {"batch": b}
         for source, model in models.items():
             extra = b * 4.0
-            row[f"{source}_ms_per_token"] = model.verify.extra_s(extra, b) / extra * 1e3 - model.verify.overhead_s / extra * 1e3
+            row[f"{source}_ms_per_token"] = model.verify.token_price_s(extra, b) * 1e3
         rows.append(row)
     per_token = pd.DataFrame(rows)
     if {"probe_ms_per_token", "calibrate_ms_per_token"} <= set(per_token):
@@ -514,7 +513,7 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
     summary = [_source_row(source, option, measured(option, model), rounds)
                for source, model in models.items() for option in options]
     if "probe" in models:
-        for option, other, table in borrowed_overhead(out, options, models["probe"], measured):
+        for option, other, table in borrowed_overhead(options, parts, models["probe"], measured):
             summary.append(_source_row(f"probe + {other.method}'s spec-mode cost", option, table, rounds))
     frame = pd.DataFrame(summary)
     frame.to_csv(out / "sources.csv", index=False)

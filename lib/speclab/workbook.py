@@ -68,9 +68,10 @@ def check_notebook_inputs(params: _NotebookParams) -> None:
     elif isinstance(params, (SpecParams, Eagle3Params)):
         resolve_baseline(params.baseline_run, params.outputs_root)
     learn = getattr(params, "spec_mode_overhead_from", None)
-    if learn and not (Path(learn) / "summary.json").exists():
-        raise SpeclabError(f"spec_mode_overhead_from: {learn} is not a finished 02-ngram run (no summary.json); give "
-                           "the folder of an earlier n-gram or suffix run on this server.")
+    if learn:
+        from speclab.predict.ownsteps import require_spec_run
+
+        require_spec_run(learn)
 
 
 def run_baseline(params: BaselineParams, run: Run, *, progress: bool = True) -> SweepOutcome:

@@ -152,6 +152,13 @@ class VerifyCost(BaseModel):
     def extra_s(self, extra_tokens: float, batch: float = 1.0) -> float:
         return self.overhead_s + self.per_token_s * self.priced_tokens(extra_tokens, batch) ** self.exponent
 
+    def token_price_s(self, extra_tokens: float, batch: float = 1.0) -> float:
+        """Seconds per draft token of a step verifying ``extra_tokens`` beside ``batch``
+        sequences, the per-step overhead left out (NaN for no draft token)."""
+        if extra_tokens <= 0:
+            return float("nan")
+        return (self.extra_s(extra_tokens, batch) - self.overhead_s) / extra_tokens
+
 
 class StepCost(BaseModel):
     """Seconds one engine step takes, from what is in it (fitted on a run's own steps,

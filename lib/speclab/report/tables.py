@@ -424,13 +424,10 @@ def learn_overhead(model: CalibratedStepTime, other_run: str | Path, option: Run
     this server) measured it, per concurrency; one sentence saying what was used. Refused with a
     sentence for a run that is not a finished 02 run, was served in another dtype, or is this run."""
     from speclab.errors import SpeclabError
-    from speclab.predict.ownsteps import overhead_by_concurrency, own_step_parts
+    from speclab.predict.ownsteps import overhead_by_concurrency, own_step_parts, require_spec_run
     from speclab.runfolder import load_run
 
-    path = Path(other_run)
-    if not (path / "summary.json").exists() or not (path / "manifest.json").exists():
-        raise SpeclabError(f"spec_mode_overhead_from: {path} is not a finished 02-ngram run (no summary.json); give "
-                           "the folder of an earlier n-gram or suffix run on this server.")
+    path = require_spec_run(other_run)
     other = load_run(path)
     if path.resolve() == Path(option.path).resolve():
         raise SpeclabError("spec_mode_overhead_from names this very run; give an earlier run of another option.")
@@ -477,9 +474,8 @@ def own_steps_table(baseline: RunData, option: RunData) -> pd.DataFrame:
     model = load_cost_model(baseline.path)
     assumed = model.spec_mode_overhead_s if model is not None else None
     if model is not None:
-        parts["predicted_draft_token_ms"] = [model.verify.extra_s(d, c) / d * 1e3 - model.verify.overhead_s / d * 1e3
-                                             if d > 0 else None
-                                             for c, d in zip(parts["concurrency"], parts["draft_tokens_mean"], strict=True)]
+        parts["predicted_draft_token_ms"] = [model.verify.token_price_s(d, c) * 1e3 for c, d in
+                                             zip(parts["concurrency"], parts["draft_tokens_mean"], strict=True)]
         parts["verify_cost_source"] = model.origin or model.verify.source
     parts["assumed_spec_mode_ms"] = (f"{assumed[0] * 1e3:g} to {assumed[1] * 1e3:g}" if assumed
                                      else "measured (calibrate)" if model is not None else "none saved")
