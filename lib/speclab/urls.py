@@ -241,3 +241,13 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"Endpoint({self.public!r})"
+
+
+# An absolute path of two or more parts, also after '=' or ':' (LD_PRELOAD lists), but not a
+# URL's path (``http://h:8000/v1/models`` is kept: its slashes follow a word character).
+_LOCAL_PATH = re.compile(r"(?<![\w/.~-])/(?:[\w.+@-]+/)+([\w.+@-]+)")
+
+
+def scrub_paths(text: str) -> str:
+    """The text with absolute local paths cut to their last part (``…/smollm2-135m``)."""
+    return _LOCAL_PATH.sub(lambda m: f"…/{m.group(1)}", str(text))

@@ -116,20 +116,22 @@ def test_default_timeouts_grow_with_max_tokens() -> None:
 
 
 def test_calibration_takes_prompts_it_can_use(tmp_path: Path) -> None:
-    from speclab.predict.calibration import calibration_prompts, plan_per_category
+    from speclab.measure.calibration import calibration_prompts, plan_per_category
 
     own = tmp_path / "mine.jsonl"
     own.write_text("".join(json.dumps({"id": f"m{i}", "category": "mine",
                                        "messages": [{"role": "user", "content": f"q{i}"}]}) + "\n"
                            for i in range(3)))
     baseline = plan_sweep(SweepConfig(prompts=str(own), categories=["mine"], per_category=2, concurrency=[1]))
-    pool, said = calibration_prompts(str(own), ["mine"], set(baseline.prompts))
-    assert [p.id for p in pool] == ["m2"] and "did not use" in said  # the file's leftover
+    chosen = calibration_prompts(str(own), ["mine"], set(baseline.prompts))
+    assert [p.id for p in chosen.prompts] == ["m2"] and "did not use" in chosen.said  # the file's leftover
+    assert not chosen.builtin
     # a baseline that used the whole file: the built-in sets stand in (this used to stop
     # after the whole baseline with "No prompts were selected")
     everything = plan_sweep(SweepConfig(prompts=str(own), categories=["mine"], per_category=3, concurrency=[1]))
-    pool, said = calibration_prompts(str(own), ["mine"], set(everything.prompts))
-    assert pool and all(p.category != "mine" for p in pool) and "built-in" in said
+    chosen = calibration_prompts(str(own), ["mine"], set(everything.prompts))
+    pool = chosen.prompts
+    assert pool and all(p.category != "mine" for p in pool) and "built-in" in chosen.said and chosen.builtin
     assert plan_per_category(SweepConfig(per_category=1, concurrency=[1]), pool).requests
     with pytest.raises(SpeclabError, match="No prompt is left"):
         calibration_prompts(str(own), ["mine"], set(everything.prompts) | {p.id for p in pool})

@@ -3,7 +3,7 @@
 One per-category plan (every level one category) is run on a float32 baseline server and
 on float32 n-gram and suffix servers (float32: batched verification leaves greedy outputs
 bit-identical, so the replay sees the text the speculative server wrote). The n-gram pair
-is made by :func:`speclab.predict.calibration.measure_verify_cost`, which this also tests.
+is made by :func:`speclab.measure.calibration.measure_verify_cost`, which this also tests.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import fcntl
 import pandas as pd
 import pytest
 
+from speclab.measure.calibration import measure_verify_cost, plan_per_category
 from speclab.measure.loadgen import SweepConfig, bench
-from speclab.predict.calibration import measure_verify_cost, plan_per_category
-from speclab.predict.predictions import (
-    compare_predicted_measured,
-    compare_replay_with_server,
-)
+from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
 from speclab.predict.replay import baseline_requests, replay_suffix
+from speclab.predict.stepmodel import calibrate_from_runs
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget
 
@@ -67,10 +65,11 @@ def test_ngram_replay_reproduces_server_counters_per_category(calibration) -> No
 
 
 def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
-    model = calibration.model
+    model = calibrate_from_runs(calibration.baseline_run, calibration.spec_run)
     print(model.describe())
-    print(calibration.points.to_string())
-    points = calibration.points
+    points = model.points
+    assert points is not None
+    print(points.to_string())
     assert len(points) == 8
     # The per-token verify cost is host-dependent: on a fast host it is well
     # above the noise, but on a slower 2-core CI host (50 ms steps) 1-3 extra tokens cost less

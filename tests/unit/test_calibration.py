@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.predict.calibration import (
+from speclab.measure.calibration import (
     BASELINE_ON_LIVE,
     finished_calibration_baseline,
     measure_calibration_baseline,

@@ -11,6 +11,8 @@ from speclab.predict.compare import (
     SLOWER,
     TOO_FEW,
     UNCLEAR,
+    detectable_divergence,
+    judge_losslessness,
     losslessness,
     losslessness_verdict,
     paired_speedups,
@@ -113,7 +115,27 @@ def test_bf16_divergence_is_judged_against_the_baselines_own_rerun() -> None:
     broken = losslessness_verdict(_divergence(38, 40), "bfloat16", noise)
     assert broken.startswith("NOT lossless beyond bfloat16 noise: 38 of 40") and "dtype: float32" in broken
     # a baseline that never differs from itself: half differing is a failure; a quarter, with 16
-    # reruns, could still be a fluke at p < 0.01 and is not called one
+    # reruns, is not yet beyond a fluke at p < 0.01 (p = 0.024) but is a finding, never "noise"
     steady = self_divergence(_divergence(0, 16))
     assert losslessness_verdict(_divergence(20, 40), "bfloat16", steady).startswith("NOT lossless")
-    assert "within the bfloat16 noise" in losslessness_verdict(_divergence(10, 40), "bfloat16", steady)
+    finding = judge_losslessness(_divergence(10, 40), "bfloat16", steady)
+    assert finding.kind == "suspect" and "noise" not in finding.sentence.split(":")[0].replace("than bfloat16 noise", "")
+    assert finding.sentence.startswith("More divergence than bfloat16 noise explains: 10 of 40")
+    assert "p = 0.024" in finding.sentence and "dtype: float32" in finding.sentence
+
+
+def test_the_check_states_what_divergence_it_can_detect() -> None:
+    # float32: any difference fails, so 40 pairs catch 4 % with 80 % power (1 - 0.2 ** (1 / 40))
+    assert detectable_divergence(40) == pytest.approx(1 - 0.2 ** (1 / 40))
+    lossless = judge_losslessness(_divergence(0, 40), "float32")
+    assert lossless.kind == "lossless" and "4 % or more (80 % power)" in lossless.sentence
+    # bf16 against a steady baseline (0 of 16): 40 pairs need x* differing to fail at p < 0.01
+    rate = detectable_divergence(40, 0, 16)
+    assert rate is not None and 0.2 < rate < 0.6
+    from scipy import stats
+
+    needed = next(x for x in range(41) if stats.fisher_exact([[x, 40 - x], [0, 16]], alternative="greater")[1] < 0.01)
+    assert stats.binom.sf(needed - 1, 40, rate) == pytest.approx(0.8, abs=1e-6)
+    # too few pairs for any divergence to fail
+    assert detectable_divergence(2, 1, 2) is None
+    assert "too few" in judge_losslessness(_divergence(1, 2), "bfloat16", self_divergence(_divergence(1, 2))).sentence

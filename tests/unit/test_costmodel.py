@@ -12,19 +12,19 @@ import pytest
 import yaml
 
 from speclab.errors import SpeclabError
+from speclab.moe.seeds import SeedScenario
 from speclab.predict.costmodel import (
     CalibratedStepTime,
-    SeedScenario,
     VerifyCost,
     best_k,
     break_even_acceptance_length,
     expected_tokens_per_step,
     fit_step_time,
     leviathan_speedup,
-    payback_hours,
     predict_speedup,
     speedup_table,
 )
+from speclab.predict.payback import payback_hours
 
 DATA = Path(__file__).parents[1] / "data" / "predict"
 
@@ -215,15 +215,11 @@ def test_seed_scenario_round_trips_through_yaml() -> None:
 
 
 def test_notebook_api_on_a_recorded_pair() -> None:
-    from speclab.predict.predictions import (
-        calibrate_from_runs,
-        compare_predicted_measured,
-        compare_replay_with_server,
-        predict_from_baseline,
-        restart_payback,
-        run_option,
-        spec_level_points,
-    )
+    from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
+    from speclab.predict.payback import restart_payback
+    from speclab.predict.predictions import predict_from_baseline
+    from speclab.predict.stepmodel import calibrate_from_runs
+    from speclab.predict.timings import run_option, spec_level_points
 
     base, spec = DATA / "f32-baseline", DATA / "f32-ngram"
     option = run_option(spec)  # an old manifest redacted k; the launch command restores it

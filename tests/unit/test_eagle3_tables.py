@@ -38,7 +38,7 @@ def test_predicted_speedup_follows_acceptance_verify_cost_and_draft_time(tmp_pat
     from pathlib import Path
 
     from speclab.eagle3.workbook import predict_speedups, predicted_vs_measured_speedup
-    from speclab.predict.predictions import level_timings
+    from speclab.predict.timings import level_timings
 
     base = tmp_path / "baseline"
     shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "predict" / "f32-baseline", base)

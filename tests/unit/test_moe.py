@@ -22,8 +22,7 @@ from speclab.moe.models import (
     simulate_distinct,
     trace_distinct_curve,
 )
-from speclab.moe.seeds import MoECost, SeedStepModel, predict_budget_speedups, rank_forms
-from speclab.predict.costmodel import SeedScenario
+from speclab.moe.seeds import MoECost, SeedScenario, SeedStepModel, predict_budget_speedups, rank_forms
 
 
 @pytest.mark.parametrize(("experts", "top_k"), [(384, 8), (64, 8), (128, 4)])

@@ -9,8 +9,8 @@ import pytest
 
 from speclab.moe import seeds as ms
 from speclab.moe import workbook as mw
+from speclab.moe.seeds import SeedScenario
 from speclab.params import MoESpecParams
-from speclab.predict.costmodel import SeedScenario
 from speclab.predict.stepparts import LABELS, load_gpu_step
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -64,8 +64,8 @@ PARAM_FILES = sorted(p for p in (ROOT / "params").rglob("*.yaml") if p.name != "
 
 
 def test_the_seeds_scenario_example_validates_and_is_the_default() -> None:
+    from speclab.moe.seeds import SeedScenario
     from speclab.params import load_params_file
-    from speclab.predict.costmodel import SeedScenario
 
     scenario = SeedScenario.model_validate(load_params_file(ROOT / "params/examples/kimi-k25-8xpcie/scenario.yaml"))
     # the example spells out the seeds' figures and speclab's defaults: one truth per number

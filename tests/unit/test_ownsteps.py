@@ -96,7 +96,8 @@ def test_recorded_runs_split_into_a_price_and_a_small_mode_cost() -> None:
 def test_a_measured_cost_replaces_the_stated_range_where_it_was_measured() -> None:
     from speclab.options import default_option
     from speclab.predict.costmodel import VerifyCost
-    from speclab.predict.predictions import baseline_step_model, predict_from_baseline
+    from speclab.predict.predictions import predict_from_baseline
+    from speclab.predict.stepmodel import baseline_step_model
 
     model = baseline_step_model(RUNS / "stream-f32-baseline", VerifyCost(per_token_s=0.002), source="given")
     model.spec_mode_overhead_s = (0.0005, 0.003)
@@ -120,8 +121,7 @@ def test_a_measured_cost_replaces_the_stated_range_where_it_was_measured() -> No
 def test_learning_from_a_run_that_is_not_a_finished_02_run_is_refused(tmp_path) -> None:
     from speclab.errors import SpeclabError
     from speclab.predict.costmodel import VerifyCost
-    from speclab.predict.predictions import baseline_step_model
-    from speclab.report.tables import learn_overhead
+    from speclab.predict.stepmodel import baseline_step_model, learn_overhead
     from speclab.runfolder import load_run
 
     model = baseline_step_model(RUNS / "stream-f32-baseline", VerifyCost(per_token_s=0.002), source="given")

@@ -6,13 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from speclab.predict.predictions import (
-    PREDICTED_LOSS,
-    PREDICTED_UNCLEAR,
-    PREDICTED_WIN,
-    calibrate_from_runs,
-    compare_predicted_measured,
-)
+from speclab.predict.accuracy import compare_predicted_measured
+from speclab.predict.predictions import PREDICTED_LOSS, PREDICTED_UNCLEAR, PREDICTED_WIN
+from speclab.predict.stepmodel import calibrate_from_runs
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
 

@@ -10,7 +10,9 @@ import pytest
 
 from speclab.options import default_option
 from speclab.predict.costmodel import fit_step_time
-from speclab.predict.predictions import calibrate_from_runs, predict_from_baseline, spec_level_points
+from speclab.predict.predictions import predict_from_baseline
+from speclab.predict.stepmodel import calibrate_from_runs
+from speclab.predict.timings import spec_level_points
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
 

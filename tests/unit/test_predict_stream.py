@@ -11,13 +11,10 @@ from pathlib import Path
 import pytest
 
 from speclab.options import default_option
-from speclab.predict.predictions import (
-    calibrate_from_runs,
-    calibration_steps,
-    compare_predicted_measured,
-    predict_from_baseline,
-    with_baseline_steps,
-)
+from speclab.predict.accuracy import compare_predicted_measured
+from speclab.predict.predictions import predict_from_baseline
+from speclab.predict.stepmodel import calibrate_from_runs, with_baseline_steps
+from speclab.predict.timings import calibration_steps
 from speclab.report.tables import verify_cost_table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "predict"

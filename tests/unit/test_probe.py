@@ -12,19 +12,17 @@ from speclab.errors import SpeclabError
 from speclab.measure.metrics import scrape_metrics
 from speclab.measure.probe import (
     CacheLayout,
-    HeadPoint,
-    ProbePoint,
     cache_layout,
     check_point,
     layout_from_server_info,
     probe_sequences,
-    read_points,
     refuse_without_prefix_cache,
     run_head_probe,
     run_probe,
 )
 from speclab.predict.predictions import _overhead_range
 from speclab.predict.probefit import fit_probe, head_curve, lm_head_ratio
+from speclab.runfolder import HeadPoint, ProbePoint, read_points
 from speclab.urls import Endpoint
 from tests.fakes.fake_prefix_engine import FakePrefixEngine
 
@@ -139,7 +137,7 @@ def test_the_head_probe_measures_the_lm_head_rows_a_prefill_skips(tmp_path: Path
     assert fit.verify.source == "probe (+LM head measured)" and fit.head_ratio is None
     assert all(d.per_token_s == pytest.approx(0.007, rel=0.25) for d in fit.draws)
     # round trip through the run folder's file
-    from speclab.measure.probe import append_point
+    from speclab.runfolder import append_point
     for pair in pairs:
         append_point(tmp_path / "probe-head.jsonl", pair)
     assert read_points(tmp_path / "probe-head.jsonl", HeadPoint) == pairs

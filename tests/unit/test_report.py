@@ -17,9 +17,10 @@ import pytest
 
 from speclab.params import ReportParams
 from speclab.predict import compare
-from speclab.predict.costmodel import payback_hours
+from speclab.predict.payback import payback_hours
 from speclab.report import decision as report
 from speclab.report import tables
+from speclab.report.caveats import Caveat, Kind
 from speclab.runs import Run
 from speclab.sections import write_section
 
@@ -99,11 +100,11 @@ def test_the_recommendation_is_one_sentence_that_follows_the_evidence(bundle: re
     assert "1.50x [1.30, 1.70] at concurrency 1" in win and "pays its restart back" in win
     mixed = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7), 4: (0.8, 0.7, 0.9)}))
     assert "slower at concurrency 4" in mixed and "keep the baseline if your traffic runs there" in mixed
-    dirty = [tables.Caveat("baseline and x", "r", "CONTAMINATED comparison: the hypervisor took up to 9 % of the "
-                           "CPU (steal). Speed differences may come from the load, not the option; rerun.")]
+    dirty = [Caveat(Kind.CONTAMINATED, "baseline and x", "r", "any sentence at all",
+                    detail="the hypervisor took up to 9 % of the CPU (steal)")]
     stop = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7)}), found=dirty)
     assert stop.startswith("No recommendation: the hypervisor took up to 9 %") and "quiet machine" in stop
-    broken = [tables.Caveat(bundle.options[0].label, "r", "NOT lossless beyond bfloat16 noise: 38 of 40 ...")]
+    broken = [Caveat(Kind.NOT_LOSSLESS, bundle.options[0].label, "r", "any sentence at all")]
     refuse = report.recommendation(_with_verdicts(bundle, {1: (1.5, 1.3, 1.7)}), found=broken)
     assert refuse.startswith(f"Do not restart into {bundle.options[0].label} yet")
     for sentence in (keep, win, mixed, slow, stop, refuse):
@@ -198,8 +199,8 @@ def test_a_section_never_shows_local_paths(tmp_path: Path) -> None:
 
 
 def test_the_identity_table_cuts_local_paths_for_every_notebook() -> None:
-    from speclab.measure.identity import ServerIdentity
     from speclab.report.tables import identity_table
+    from speclab.runfolder import ServerIdentity
 
     ident = ServerIdentity(endpoint="http://127.0.0.1:8000/v1", launch_command=(
         "LD_PRELOAD=/usr/lib/libtcmalloc_minimal.so.4:/home/me/speclab/.venv-server/lib/libiomp5.so "

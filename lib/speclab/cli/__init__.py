@@ -1,7 +1,9 @@
 """The ``speclab`` command: the same library functions the notebooks call.
 
 One module per group of subcommands (``server``: setup/serve/probe/explain-seeds; ``bench``;
-``workbook``: run/demo); this module only assembles the parser and turns errors into one sentence.
+``workbook``: run/demo; ``traffic``: replay-logs/gen-traffic-log), and ``kernels`` (how Jupyter
+kernels start for ``run``/``demo`` and ``make lab``); this module only assembles the parser and
+turns errors into one sentence.
 """
 
 from __future__ import annotations

@@ -63,10 +63,9 @@ def cmd_explain_seeds(args: argparse.Namespace) -> int:
     from speclab.moe import seeds as ms
     from speclab.moe import workbook as mw
     from speclab.params import MoESpecParams, load_params_file
-    from speclab.predict.costmodel import SeedScenario
     from speclab.predict.stepparts import fit_part_forms
 
-    scenario = SeedScenario.model_validate(load_params_file(args.scenario)) if args.scenario else SeedScenario()
+    scenario = ms.SeedScenario.model_validate(load_params_file(args.scenario)) if args.scenario else ms.SeedScenario()
     if args.scaling:
         scenario = scenario.model_copy(update={"scaling": args.scaling})
     params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=args.baseline,

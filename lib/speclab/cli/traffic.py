@@ -24,13 +24,14 @@ def _cost_model(args: argparse.Namespace) -> tuple[Any, float, Any]:
     if args.baseline_run and args.cost_model:
         raise SpeclabError("Give --baseline-run or --cost-model, not both.")
     if args.baseline_run:
+        from speclab.predict.stepmodel import load_cost_model
+        from speclab.runfolder import MANIFEST, PREDICTIONS_PARQUET
         from speclab.runs import read_json
-        from speclab.workbook import PREDICTIONS_PARQUET, load_cost_model
 
         model = load_cost_model(args.baseline_run)
         if model is None:
             raise SpeclabError(f"{args.baseline_run} has no cost_model.json; run 01-baseline there first.")
-        server = read_json(Path(args.baseline_run) / "manifest.json").get("server") or {}
+        server = read_json(Path(args.baseline_run) / MANIFEST).get("server") or {}
         load = args.load_time_s or float(server.get("load_time_s") or 1800.0)
         predictions = Path(args.baseline_run) / PREDICTIONS_PARQUET
         return model, load, pd.read_parquet(predictions) if predictions.exists() else None

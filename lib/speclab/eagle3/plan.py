@@ -319,6 +319,14 @@ def shipped_step_times() -> dict[str, Any]:
     return json.loads(text)
 
 
+def check_step_time_choice(choice: str) -> None:
+    """Refuse (one sentence) a ``plan_step_time`` that is not 'h200', 'measure' or a shipped H200 case."""
+    cases = [c.get("name") for c in _measured_cases(shipped_step_times())]
+    if choice not in ("h200", "measure", *cases):
+        raise SpeclabError(f"plan_step_time {choice!r} is not 'h200', 'measure' or a shipped case "
+                           f"({', '.join(map(str, cases))}); choose one of those.")
+
+
 def _measured_cases(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in record.get("cases", []) if "step_s" in c]
 

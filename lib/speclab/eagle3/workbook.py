@@ -17,6 +17,7 @@ from speclab.eagle3.plan import (
     StepTime,
     TargetShape,
     Throughput,
+    check_step_time_choice,
     estimate_plan,
     scaled_step_time,
     shipped_step_times,
@@ -69,7 +70,9 @@ def resolve_drafter(params: Eagle3Params) -> tuple[str, dict[str, Any], dict[str
 
 
 def match_check(params: Eagle3Params) -> tuple[str, DrafterMatch]:
-    """Refuse (one sentence) a drafter that cannot work on the target, before anything loads."""
+    """Refuse (one sentence) a bad ``plan_step_time`` or a drafter that cannot work on the
+    target, before anything loads."""
+    check_step_time_choice(params.plan_step_time)
     drafter, drafter_config, target_config, target_name = resolve_drafter(params)
     result = require_drafter_match(drafter_config, target_config, drafter_name=drafter, target_name=target_name)
     return drafter, result
@@ -98,7 +101,7 @@ def launch_flags(params: Eagle3Params, drafter: str) -> str:
 def restart_flags(params: Eagle3Params, drafter: str, run_dir: str | Path) -> str:
     """The restart flags to show in a notebook that may be shared: the whole line goes to the run
     folder's ``restart-flags.txt`` (to copy from), the text returned has local paths shortened."""
-    from speclab.report.tables import scrub_paths
+    from speclab.urls import scrub_paths
 
     flags = launch_flags(params, drafter)
     (Path(run_dir) / "restart-flags.txt").write_text(flags + "\n")
@@ -322,8 +325,8 @@ def predict_speedups(baseline_dir: str | Path, predicted: pd.DataFrame, k: int,
     import numpy as np
 
     from speclab.predict.costmodel import predict_speedup
-    from speclab.predict.predictions import level_timings
-    from speclab.report.tables import load_cost_model
+    from speclab.predict.stepmodel import load_cost_model
+    from speclab.predict.timings import level_timings
 
     model = load_cost_model(baseline_dir)
     if model is None:

@@ -17,65 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, Field
 
 from speclab.auth import auth_headers, auth_refused, basic_auth_headers
 from speclab.errors import SpeclabError
 from speclab.measure.metrics import parse_metrics, spec_decode_info
 from speclab.options import SpecOption
-from speclab.runs import redact_argv, utc_now
+from speclab.runfolder import ModelCard, ServerIdentity
+from speclab.runs import redact_argv
 from speclab.urls import Endpoint, strip_credentials
-
-
-class ModelCard(BaseModel):
-    id: str
-    root: str | None = None
-    max_model_len: int | None = None
-
-
-class ServerIdentity(BaseModel):
-    """Everything speclab could learn about a server; ``None`` where it could not."""
-
-    endpoint: str
-    engine: str = "unknown"  # vllm | sglang | unknown
-    version: str | None = None
-    models: list[ModelCard] = Field(default_factory=list)
-    metric_families: list[str] = Field(default_factory=list)
-    spec_counters_present: bool = False
-    spec_positions: int | None = None
-    speculative_config: dict[str, Any] | None = None
-    observed_method: str | None = None  # baseline | ngram | suffix | eagle3 | ... | speculative
-    dtype: str | None = None
-    server_info_available: bool = False
-    sglang_server_info: dict[str, Any] | None = None
-    pid: int | None = None
-    cmdline: list[str] | None = None
-    launch_command: str | None = None
-    load_time_s: float | None = None
-    managed: bool = False  # launched by speclab (True) or external (False)
-    probed_utc: str = Field(default_factory=utc_now)
-    notes: list[str] = Field(default_factory=list)
-
-    @property
-    def model_id(self) -> str | None:
-        return self.models[0].id if self.models else None
-
-    def summary_rows(self) -> list[tuple[str, str]]:
-        """(field, value) pairs for a table in a notebook or report."""
-        k = self.speculative_config.get("num_speculative_tokens") if self.speculative_config else None
-        rows = [
-            ("endpoint", self.endpoint),
-            ("engine", f"{self.engine} {self.version or ''}".strip()),
-            ("model", self.model_id or "?"),
-            ("max_model_len", str(self.models[0].max_model_len if self.models else "?")),
-            ("dtype", self.dtype or "?"),
-            ("speculation", self.observed_method or "?"),
-            ("k (config / position labels)", f"{k or '-'} / {self.spec_positions or '-'}"),
-            ("launched by speclab", "yes" if self.managed else "no (external)"),
-            ("load time", f"{self.load_time_s:.1f} s" if self.load_time_s else "-"),
-            ("launch", self.launch_command or "-"),
-        ]
-        return rows
 
 
 def _get_json(client: httpx.Client, url: str, **params: Any) -> Any | None:

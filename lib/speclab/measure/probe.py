@@ -37,19 +37,30 @@ import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from speclab.auth import auth_headers
 from speclab.errors import SpeclabError
 from speclab.measure.metrics import MetricsSnapshot, counter_delta, histogram_mean, scrape_metrics
+from speclab.runfolder import (
+    HEAD_JSONL,
+    PROBE_JSON,
+    PROBE_JSONL,
+    HeadPoint,
+    ProbePoint,
+    append_point,
+    read_records,
+)
+from speclab.runs import write_json
 from speclab.urls import Endpoint
 
-PROBE_JSONL = "probe.jsonl"
-HEAD_JSONL = "probe-head.jsonl"
+if TYPE_CHECKING:  # the server layer's type, named for typing only
+    from speclab.serve.target import LiveServer
+
 # LM-head rows probed (the prefill's prompt is one token longer); between and past them the
 # fit interpolates. A plan probes those up to twice its largest B x (k + 1): 128 for the
 # embedded plan (8 x 9 = 72), all of them for a GPU plan at concurrency 128.
@@ -173,24 +184,6 @@ def probe_sequences(records: Sequence[dict[str, Any]], block: int, n_max: int) -
 
 
 # --------------------------------------------------------------------------- points
-
-
-@dataclass
-class ProbePoint:
-    """One probed step: ``batch`` sequences extended by ``tokens`` each, over cached prefixes."""
-
-    batch: int
-    tokens: int
-    repeat: int
-    step_s: float | None
-    timing: str  # prefill_time histogram | client latency
-    client_s: float
-    context_tokens_mean: float
-    computed_tokens: float | None
-    expected_tokens: int
-    ok: bool
-    refused: str | None = None
-    steps_seen: int | None = None  # pacer gaps in the window clearly longer than a decode step (recorded, not judged)
 
 
 @dataclass
@@ -362,46 +355,7 @@ def _point(before: MetricsSnapshot, after: MetricsSnapshot, batch: int, n: int, 
     return check_point(point, counter_delta(before, after, "requests"))
 
 
-def append_point(path: Path, point: ProbePoint | HeadPoint) -> None:
-    """Append one point (or head pair) to ``probe.jsonl`` (``probe-head.jsonl``) as it is
-    measured (a crash keeps what was probed)."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(asdict(point)) + "\n")
-
-
-def read_points(path: Path, kind: type[Any] | None = None) -> list[Any]:
-    """The points of a ``probe.jsonl`` (``kind`` HeadPoint: the pairs of a ``probe-head.jsonl``);
-    an absent file gives none."""
-    if not path.exists():
-        return []
-    points = []
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(ValueError, TypeError):
-            points.append((kind or ProbePoint)(**json.loads(line)))
-    return points
-
-
 # --------------------------------------------------------------------------- the LM head's rows
-
-
-@dataclass
-class HeadPoint:
-    """One pair of uncached prefills of ``rows + 1`` tokens: with logits at every position
-    (``prompt_logprobs``) and plain (logits at the last position only)."""
-
-    rows: int
-    repeat: int
-    logits_s: float | None
-    plain_s: float | None
-    ok: bool
-    refused: str | None = None
-
-    @property
-    def extra_s(self) -> float | None:
-        """What the ``rows`` extra rows of logits cost (None for a refused pair)."""
-        if not self.ok or self.logits_s is None or self.plain_s is None:
-            return None
-        return self.logits_s - self.plain_s
 
 
 def _head_check(before: MetricsSnapshot, after: MetricsSnapshot, tokens: int, logits: bool) -> tuple[float | None, str | None]:
@@ -490,3 +444,85 @@ def run_head_probe(
                 if progress is not None:
                     progress(done)
     return out
+
+
+# --------------------------------------------------------------------------- the probe on a live server
+
+
+def target_config(given: str | None, live: LiveServer) -> tuple[dict[str, Any] | None, str]:
+    """The served model's config.json for the LM head's share, and where it came from: the
+    ``target_config`` given, else the model folder the server reports when it is on this machine."""
+    candidates = [given] if given else [str(Path(m.root) / "config.json") for m in live.identity.models if m.root]
+    for candidate in candidates:
+        path = Path(candidate)
+        if path.exists():
+            try:
+                return json.loads(path.read_text()), path.name if given else "the served model's folder"
+            except (OSError, ValueError):
+                raise SpeclabError(f"{path} is not a readable config.json; fix target_config.") from None
+    if given:
+        raise SpeclabError(f"target_config {given} does not exist; give the served model's config.json.")
+    return None, "none (give target_config)"
+
+
+def probe_live(live: LiveServer, run_dir: Path, *, batches: Sequence[int], n_max: int,
+               api_key_env: str | None = None, target_config_path: str | None = None,
+               progress: bool = False) -> dict[str, Any]:
+    """The live verify-cost probe on a baseline's own server, over cached prefixes of the
+    sequences that baseline run (``run_dir``) recorded: points appended to probe.jsonl as
+    measured, a summary in probe.json. Raises one sentence when no point is usable."""
+    from speclab.auth import basic_auth_headers
+    from speclab.measure import progress as bars
+    from speclab.measure.metrics import scrape_metrics
+
+    endpoint = live.endpoint
+    headers = auth_headers(api_key_env) or basic_auth_headers(endpoint)
+    with httpx.Client(timeout=httpx.Timeout(30.0), headers=headers) as client:
+        layout = cache_layout(client, endpoint.without_credentials(), live.identity.engine,
+                              scrape_metrics(client, endpoint.without_credentials()))
+    refuse_without_prefix_cache(layout)
+    sequences = probe_sequences(read_records(run_dir), layout.block_size, n_max)
+    max_len = next((m.max_model_len for m in live.identity.models if m.max_model_len), None) or 2048
+    config, config_from = target_config(target_config_path, live)
+    # the LM head's rows (vLLM: prompt_logprobs); SGLang's head is priced from the config
+    rows = head_rows(batches, n_max, int(max_len)) if layout.engine == "vllm" else []
+    started = time.perf_counter()
+    with bars.bar(total=(len(batches) * n_max + len(rows)) * PROBE_REPEATS, desc="verify-cost probe",
+                  unit="point", show=progress) as bar:
+        probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
+                          max_model_len=int(max_len), api_key_env=api_key_env,
+                          on_point=lambda point: append_point(run_dir / PROBE_JSONL, point),
+                          progress=lambda done: bar.update(1))
+        head = measure_head(live, run_dir, sequences, rows, api_key_env, lambda done: bar.update(1))
+    summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
+               "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
+               "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
+               **head, "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config,
+               "elapsed_s": round(time.perf_counter() - started, 1)}
+    write_json(run_dir / PROBE_JSON, summary)
+    if not probe.usable():
+        raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
+    return summary
+
+
+def measure_head(live: LiveServer, run_dir: Path, sequences: Sequence[ProbeSequence], rows: Sequence[int],
+                 api_key_env: str | None = None, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The head probe (:func:`run_head_probe`) over the probe's own real tokens, pairs appended
+    to probe-head.jsonl as measured; its summary fields for probe.json. No rows (SGLang):
+    nothing is measured and the summary says the config prices the head."""
+    tokens = [t for seq in sequences for t in seq.tokens]
+    rows = [r for r in rows if r + 1 <= len(tokens)]
+    if not rows:
+        return {"head_pairs": 0, "head_from": "the model config's share (no head probe on this engine)"}
+    pairs = run_head_probe(live.endpoint.without_credentials(), live.model, tokens, rows=rows,
+                           api_key_env=api_key_env,
+                           on_point=lambda pair: append_point(run_dir / HEAD_JSONL, pair), progress=progress)
+    usable = [p for p in pairs if p.ok]
+    return {"head_pairs": len(pairs), "head_usable": len(usable),
+            "head_refusals": sorted({p.refused for p in pairs if p.refused}),
+            "head_from": "measured (prompt_logprobs prefills)"}
+
+
+def record_probe_failure(run_dir: Path, message: str) -> None:
+    """probe.json saying why the probe gave no usable point (the prediction then says so)."""
+    write_json(run_dir / PROBE_JSON, {"failed": message})

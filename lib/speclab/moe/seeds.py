@@ -25,14 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from speclab.errors import SpeclabError
 from speclab.moe.models import RoutingModel, Strategy, VerifyCurve, loaded_per_step, parse_routing
-from speclab.predict.costmodel import SeedScenario, expected_tokens_per_step, predict_speedup
+from speclab.predict.costmodel import expected_tokens_per_step, interp_linear, predict_speedup
 from speclab.predict.stepparts import (
     SPEC_OVERHEAD,
     AllReduceForm,
@@ -47,6 +48,7 @@ from speclab.predict.stepparts import (
 
 __all__ = [
     "RANK_SHAPE",
+    "SeedScenario",
     "MoECost",
     "SeedStepModel",
     "SeedsExplanation",
@@ -71,6 +73,90 @@ RANK_SHAPE = "kimi-k2.5-tp8-rank"
 SPEC_OVERHEAD_SOURCE = ("1.2 ms: SpecDecode-Bench's fitted per-step overhead (Llama-3.1-8B, H100); 3.5 ms: plus "
                         "PIECEWISE instead of full CUDA graphs, +19 % step time (vllm#49548, #48494) of a 12.1 ms step; "
                         "async scheduling lost with CPU n-gram (vllm RFC #51788) not priced")
+
+
+class SeedScenario(BaseModel):
+    """The motivating deployment (Kimi-K2.5, 8 PCIe GPUs) as measured by the seeds' team, with
+    every figure the seeds did not give named as such.
+
+    Measured by the seeds: the decode profile's shares, the baseline tok/s points and the n-gram
+    loss. Assumed here: the concurrency the profile was taken at, the context each sequence
+    decodes at, and n-gram's acceptance (``alpha``, when no baseline is replayed). Borrowed: the
+    all-reduce's bus bandwidth past the latency-bound sizes and the speculative mode's own
+    overhead per step. :mod:`speclab.moe.seeds` turns it into a step model in parts
+    (docs/moe.md section 5).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "Kimi-K2.5 on 8 PCIe GPUs (TP 8)"
+    decode_budget: dict[str, float] = Field(
+        default_factory=lambda: {"all_reduce": 0.515, "attention": 0.153, "other_gemm": 0.134, "moe_gemm": 0.111},
+        description="share of decode step time per component (profile); the rest is 'other'",
+    )
+    baseline_tok_s: dict[int, float] = Field(
+        default_factory=lambda: {1: 82.5, 128: 1536.0}, description="concurrency -> measured baseline tok/s"
+    )
+    profile_concurrency: int = Field(
+        1, ge=1, description="concurrency the decode profile was taken at (the seeds did not say: assumed)")
+    context_tokens: int = Field(
+        2048, ge=1, description="context each sequence attends to while decoding (assumed: a thinking-on answer)")
+    hidden_size: int = Field(7168, ge=1, description="all-reduce message per token = hidden x 2 bytes")
+    layers: int = Field(61, ge=1, description="transformer layers (two all-reduces each under TP)")
+    tensor_parallel: int = Field(8, ge=2, description="GPUs in the all-reduce")
+    allreduce_bus_gb_s: float = Field(
+        22.2, gt=0, description="all-reduce bus bandwidth past the latency-bound sizes (borrowed: NCCL, 8 PCIe GPUs)")
+    spec_mode_overhead_ms: tuple[float, float] = Field(
+        (1.2, 3.5), description="[low, high] ms per speculative step that no probe sees (borrowed; docs/moe.md)")
+    scaling: Literal["parts", "linear_in_tokens"] = Field(
+        "parts", description="parts: each part by what it is; linear_in_tokens: the old assumption, every "
+                             "non-MoE part growing with the step's tokens as if each draft token were a new sequence")
+    unexplained_scaling: Literal["sequences", "tokens", "off"] = Field(
+        "sequences", description="the measured baseline step minus the parts: grows with sequences (per-request "
+                                 "work, longer contexts; default), with the step's tokens, or left out (assumed)")
+    routed_experts: int = 384
+    experts_per_token: int = 8
+    num_speculative_tokens: int = Field(4, ge=1, le=16)
+    alpha: float = Field(0.5, ge=0, le=1, description="per-token n-gram acceptance when a draft exists (assumed)")
+    draft_fraction: float = Field(1.0, gt=0, le=1, description="share of steps where n-gram finds a match")
+    load_time_s: float = Field(1800.0, gt=0, description="a restart (~30 min)")
+    measured_ngram_change: tuple[float, float] = Field(
+        (-0.26, -0.09), description="what the team measured: n-gram 9-26 % slower"
+    )
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])
+
+    @field_validator("decode_budget")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        missing = {"all_reduce", "attention", "other_gemm", "moe_gemm"} - set(value)
+        if missing:
+            raise ValueError(f"decode_budget needs shares for {', '.join(sorted(missing))}")
+        if any(v < 0 for v in value.values()) or sum(value.values()) > 1.0 + 1e-9:
+            raise ValueError("decode_budget shares must be >= 0 and add up to at most 1")
+        return value
+
+    @field_validator("baseline_tok_s")
+    @classmethod
+    def _points(cls, value: dict[int, float]) -> dict[int, float]:
+        if len(value) < 2 or any(v <= 0 for v in value.values()):
+            raise ValueError("baseline_tok_s needs two or more concurrency levels with tok/s > 0")
+        return value
+
+    @field_validator("spec_mode_overhead_ms")
+    @classmethod
+    def _range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0 <= value[0] <= value[1]:
+            raise ValueError("spec_mode_overhead_ms must be [low, high] with 0 <= low <= high")
+        return value
+
+    def baseline_step_s(self, concurrency: float) -> float:
+        """The measured decode step (concurrency / tok/s), linear in concurrency between and past
+        the measured points."""
+        points = sorted((c, c / tok_s) for c, tok_s in self.baseline_tok_s.items())
+        xs = np.array([p[0] for p in points], float)
+        ys = np.array([p[1] for p in points], float)
+        return interp_linear(float(concurrency), xs, ys)
+
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from speclab.moe.models import (
 from speclab.moe.seeds import (
     RANK_SHAPE,
     MoECost,
+    SeedScenario,
     SeedsExplanation,
     explain_seeds,
     full_expert_moe,
@@ -39,7 +40,6 @@ from speclab.moe.seeds import (
     rank_moe,
 )
 from speclab.params import MoESpecParams
-from speclab.predict.costmodel import SeedScenario
 from speclab.predict.stepparts import PartForms
 
 # The reference measured before speclab's own H200 run (issue 12; docs/moe.md section 2): verifying n
@@ -258,8 +258,8 @@ def _probe_ratios(result: dict[str, Any], frame: pd.DataFrame) -> list[float | N
     """Per speculative row: the step ratio the plain arm's probe predicts at the tokens per step
     n-gram verified (the probe's verify cost, its LM-head term from the checkpoint's config,
     over the plain arm's decode step; speculative mode's own cost not included)."""
-    from speclab.measure.probe import ProbePoint
     from speclab.predict.probefit import fit_probe
+    from speclab.runfolder import ProbePoint
 
     fits = {}
     for row in result["rows"]:

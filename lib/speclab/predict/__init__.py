@@ -1,15 +1,21 @@
 """Prediction: what a speculative option would do, from a baseline run alone, and how it
 compares with what was measured (01-baseline's predictions, 02's paired comparison; method
-in ``docs/predictor.md``).
+in ``docs/predictor.md``). Every module is analysis: it reads run folders and parameters only.
 
-Modules by layer: ``replay`` (what n-gram or suffix would draft and have accepted),
-``ngram_fast`` (vLLM's n-gram lookup compiled with numba), ``costmodel`` (step-time models,
-break-even, payback), ``stepparts`` (a step in parts, each growing by what it is, fitted to GPU
-step curves; a predicted speedup decomposed into them), ``steptrace`` (engine steps read back from a run's streams),
-``levelsim`` (a closed-loop level stepped as continuous batching runs it), ``predictions``
-(the notebook-facing predictions and predicted-vs-measured checks) and ``compare`` (paired
-speedups of two measured arms, losslessness) are analysis; ``calibration`` runs the
-verify-cost calibration on real servers (workbook layer).
+- what would be drafted: ``replay`` (what n-gram or suffix would draft and have accepted),
+  ``ngram_fast`` (vLLM's n-gram lookup compiled with numba);
+- what a step costs: ``timings`` (a run folder's decode timings and engine steps),
+  ``steptrace`` (engine steps read back from a run's streams), ``costmodel`` (step-time models,
+  Leviathan's formula, break-even), ``probefit`` (the live probe's points fitted),
+  ``stepmodel`` (the step model of a run folder, whatever ``verify_cost`` said: its one home),
+  ``stepparts`` (a step in parts fitted to GPU step curves), ``ownsteps`` (after the restart: a
+  speculative run's own steps split into a draft token's price and speculative mode's cost);
+- the prediction: ``levelsim`` (a closed-loop level stepped as continuous batching runs it),
+  ``predictions`` (speedup per category and concurrency with its interval and verdict),
+  ``payback`` (what a restart costs and when it pays back);
+- after the restart: ``accuracy`` (predicted against measured), ``compare`` (paired speedups
+  of two measured arms, losslessness).
 """
 
-__all__ = ["calibration", "compare", "costmodel", "levelsim", "ngram_fast", "predictions", "replay", "stepparts", "steptrace"]
+__all__ = ["accuracy", "compare", "costmodel", "levelsim", "ngram_fast", "ownsteps", "payback", "predictions",
+           "probefit", "replay", "stepmodel", "stepparts", "steptrace", "timings"]

@@ -8,7 +8,8 @@ interval comes from ``scipy.stats.bootstrap`` resampling prompt pairs (paired=Tr
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -191,32 +192,116 @@ def self_divergence(table: pd.DataFrame) -> dict[str, Any]:
             "first_difference_median": float(np.median(firsts)) if len(firsts) else None}
 
 
-def losslessness_verdict(table: pd.DataFrame, dtype: str | None,
-                         baseline_self: dict[str, Any] | None = None) -> str:
-    """One sentence: exact in float32; in bf16 judged against how much the baseline diverges
-    from itself (``baseline_self``, :func:`self_divergence`), so a broken server can fail."""
+def rerun_divergence(run_dir: str | Path, rerun_dir: str | Path, top_level: int) -> dict[str, Any]:
+    """:func:`self_divergence` of a baseline's top level (``top_level``) against its own
+    self-check rerun (:mod:`speclab.measure.selfcheck`), read from the two run folders."""
+    from speclab.runfolder import load_run
+
+    base = load_run(run_dir).requests
+    base = base[base["level"] == top_level].assign(concurrency=0, repeat=0)
+    again = load_run(rerun_dir).requests.assign(concurrency=0, repeat=0)
+    return self_divergence(losslessness(base, again))
+
+
+# Below DIVERGENCE_P_MAX a divergence is a failure; below this it is a finding the reader is told
+# about (more divergence than the baseline's own, not yet beyond a fluke at this sample size).
+DIVERGENCE_P_SUSPECT = 0.10
+DETECTION_POWER = 0.8
+
+
+class Losslessness(NamedTuple):
+    """The losslessness check's outcome: a ``kind`` code reads it, the ``sentence`` says it.
+
+    ``kind``: ``lossless`` (every output identical), ``not_lossless`` (a failure: any
+    difference in float32, or in bf16 beyond the baseline's own divergence at p <
+    :data:`DIVERGENCE_P_MAX`), ``suspect`` (bf16: more divergence than the baseline's own at
+    p < :data:`DIVERGENCE_P_SUSPECT`, a finding but not yet a failure), ``within_noise``,
+    ``unchecked`` (bf16 with no baseline rerun to compare against) or ``no_pairs``.
+    ``detectable_rate``: the divergence rate this check catches with 80 % power at its sample
+    size (None where it cannot say)."""
+
+    kind: str
+    sentence: str
+    detectable_rate: float | None = None
+
+
+def detectable_divergence(pairs: int, baseline_differ: int | None = None, baseline_pairs: int | None = None,
+                          power: float = DETECTION_POWER) -> float | None:
+    """The smallest share of an option's answers that must differ from the baseline's for the
+    check to call it a failure with probability ``power``, given ``pairs`` compared answers.
+
+    Float32 (no baseline rerun given): any difference fails, so ``1 - (1 - power)^(1/pairs)``.
+    Bf16: against the baseline's own ``baseline_differ`` of ``baseline_pairs``, the fewest
+    differing answers x* that the one-sided Fisher test calls a failure at
+    :data:`DIVERGENCE_P_MAX`, and the rate r with ``P(Binomial(pairs, r) >= x*) = power``.
+    None when no count of ``pairs`` could fail (too few pairs)."""
+    if pairs <= 0:
+        return None
+    if baseline_pairs is None:
+        return float(1.0 - (1.0 - power) ** (1.0 / pairs))
+    d0, n0 = int(baseline_differ or 0), int(baseline_pairs)
+    needed = next((x for x in range(pairs + 1) if x / pairs > d0 / n0 and stats.fisher_exact(
+        [[x, pairs - x], [d0, n0 - d0]], alternative="greater")[1] < DIVERGENCE_P_MAX), None)
+    if needed is None:
+        return None
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda r: stats.binom.sf(needed - 1, pairs, r) - power, 1e-9, 1 - 1e-9))
+
+
+def judge_losslessness(table: pd.DataFrame, dtype: str | None,
+                       baseline_self: dict[str, Any] | None = None) -> Losslessness:
+    """Exact in float32; in bf16 judged against how much the baseline diverges from itself
+    (``baseline_self``, :func:`self_divergence`), so a broken server can fail. Every sentence
+    says what divergence rate the check could have caught at this sample size."""
     if table.empty:
-        return "No prompt pairs to compare."
+        return Losslessness("no_pairs", "No prompt pairs to compare.")
     same = int(table["identical"].sum())
     total = len(table)
-    if same == total:
-        return f"Lossless: all {total} greedy outputs identical to the baseline's ({dtype or '?'})."
-    if dtype and "float32" in dtype:
-        return (f"NOT lossless: {total - same} of {total} greedy outputs differ from the baseline's "
-                "in float32, where they must be identical; investigate the server.")
     differ = total - same
+    bf16 = not (dtype and "float32" in dtype)
+    if not bf16 or same == total and not baseline_self:
+        rate = float(1.0 - (1.0 - DETECTION_POWER) ** (1.0 / total))  # any difference fails
+        power = f"with {total} pairs it catches a divergence rate of {100 * rate:.0f} % or more (80 % power)"
+        if same == total:
+            return Losslessness("lossless", f"Lossless: all {total} greedy outputs identical to the baseline's "
+                                f"({dtype or '?'}); {power}.", rate)
+        return Losslessness("not_lossless", f"NOT lossless: {differ} of {total} greedy outputs differ from the "
+                            "baseline's in float32, where they must be identical; investigate the server.", rate)
     if not baseline_self or not baseline_self.get("pairs"):
-        return (f"{same} of {total} greedy outputs identical; {differ} differ in {dtype or 'bf16'}, and the baseline "
-                f"recorded no rerun of its own to tell rounding from a broken server: {FLOAT32_RECHECK}.")
+        return Losslessness("unchecked", f"{same} of {total} greedy outputs identical; {differ} differ in "
+                            f"{dtype or 'bf16'}, and the baseline recorded no rerun of its own to tell rounding from a "
+                            f"broken server: {FLOAT32_RECHECK}.")
     n0 = int(baseline_self["pairs"])
     d0 = n0 - int(baseline_self["identical"])
+    bf16_rate = detectable_divergence(total, d0, n0)
+    power = ("at these sample sizes the check catches a divergence rate of "
+             f"{100 * bf16_rate:.0f} % or more (80 % power)" if bf16_rate is not None
+             else "these samples are too few for the check to call any divergence a failure")
+    if same == total:
+        return Losslessness("lossless", f"Lossless: all {total} greedy outputs identical to the baseline's "
+                            f"({dtype or '?'}); {power}.", bf16_rate)
     _, p_value = stats.fisher_exact([[differ, same], [d0, n0 - d0]], alternative="greater")
     own = f"the baseline rerun against itself differed in {d0} of {n0}"
-    if differ / total > d0 / n0 and p_value < DIVERGENCE_P_MAX:
-        return (f"NOT lossless beyond {dtype or 'bf16'} noise: {differ} of {total} greedy outputs differ from the "
-                f"baseline's, where {own} (p = {p_value:.2g}); {FLOAT32_RECHECK}.")
-    return (f"{same} of {total} greedy outputs identical; {differ} differ, within the {dtype or 'bf16'} noise "
-            f"({own}; p = {p_value:.2g}). For an exact check, {FLOAT32_RECHECK}.")
+    more = differ / total > d0 / n0
+    if more and p_value < DIVERGENCE_P_MAX:
+        return Losslessness("not_lossless", f"NOT lossless beyond {dtype or 'bf16'} noise: {differ} of {total} "
+                            f"greedy outputs differ from the baseline's, where {own} (p = {p_value:.2g}); "
+                            f"{FLOAT32_RECHECK}.", bf16_rate)
+    if more and p_value < DIVERGENCE_P_SUSPECT:
+        return Losslessness("suspect", f"More divergence than {dtype or 'bf16'} noise explains: {differ} of {total} "
+                            f"greedy outputs differ from the baseline's, where {own} (p = {p_value:.2g}); not yet "
+                            f"beyond a fluke at this sample size ({power}), so {FLOAT32_RECHECK} before trusting "
+                            "its speed.", bf16_rate)
+    return Losslessness("within_noise", f"{same} of {total} greedy outputs identical; {differ} differ, within the "
+                        f"{dtype or 'bf16'} noise ({own}; p = {p_value:.2g}; {power}). For an exact check, "
+                        f"{FLOAT32_RECHECK}.", bf16_rate)
+
+
+def losslessness_verdict(table: pd.DataFrame, dtype: str | None,
+                         baseline_self: dict[str, Any] | None = None) -> str:
+    """:func:`judge_losslessness`'s sentence."""
+    return judge_losslessness(table, dtype, baseline_self).sentence
 
 
 # --------------------------------------------------------------------------- host load
@@ -251,11 +336,21 @@ def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 
 def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
-    """One sentence when the machine's load differed between the arms compared, else None.
+    """One sentence when the machine's load differed between the arms compared, else None
+    (:func:`load_problems` lists what differed).
 
     Arms measured under different neighbour load are not comparable on a shared host: the
     difference in load shows up as a difference in speed that no option caused.
     """
+    problems = load_problems(levels)
+    if not problems:
+        return None
+    return ("CONTAMINATED comparison: " + "; ".join(problems)
+            + ". Speed differences may come from the load, not the option; rerun the arms on a quiet machine.")
+
+
+def load_problems(levels: dict[str, pd.DataFrame]) -> list[str]:
+    """What differed in the machine's load between the arms compared (each a clause), or none."""
     by_arm = host_load_by_arm(levels)
     table = by_arm.dropna(subset=["foreign_cpu_cores_mean"])
     problems = []
@@ -284,7 +379,4 @@ def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
         problems.append(f"the client's event loop stalled for up to {worst['client_stall_s_max']:.2f} s during "
                         f"{', '.join(stalled['arm'])} (the streams it was reading arrive late and in a burst, so "
                         "their decode times are wrong)")
-    if not problems:
-        return None
-    return ("CONTAMINATED comparison: " + "; ".join(problems)
-            + ". Speed differences may come from the load, not the option; rerun the arms on a quiet machine.")
+    return problems

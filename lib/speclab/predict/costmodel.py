@@ -43,16 +43,16 @@ scheduling), with the number of verified tokens known from counters. The fit is 
 on calibration prompts and applied to other prompts and other options (suffix, other
 k), whose drafts come from :mod:`speclab.predict.replay`.
 
-The seeds' scenario (Kimi-K2.5 on 8 PCIe GPUs, :class:`SeedScenario`) has no server here:
-:mod:`speclab.moe.seeds` builds its step time in parts (:mod:`speclab.predict.stepparts`).
+The seeds' scenario (Kimi-K2.5 on 8 PCIe GPUs) has no server here: :mod:`speclab.moe.seeds`
+builds its step time in parts (:mod:`speclab.predict.stepparts`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -61,11 +61,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from speclab.errors import SpeclabError
 
 __all__ = [
+    "interp_linear",
     "CalibratedStepTime",
-    "SeedScenario",
     "StepCost",
     "StepTimeModel",
-    "TrafficSlice",
     "VerifyCost",
     "best_k",
     "break_even_acceptance_length",
@@ -73,7 +72,6 @@ __all__ = [
     "fit_step_cost",
     "fit_step_time",
     "leviathan_speedup",
-    "payback_hours",
     "predict_speedup",
     "speedup_table",
 ]
@@ -110,7 +108,7 @@ class StepTimeModel(Protocol):
     def step_time_s(self, batch: float, verified_tokens_per_seq: float = 1.0) -> float: ...
 
 
-def _interp(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
+def interp_linear(x: float, xs: np.ndarray, ys: np.ndarray) -> float:
     """Piecewise-linear through the points, extended linearly past both ends."""
     if len(xs) == 1:
         return float(ys[0])
@@ -200,7 +198,7 @@ class StepCost(BaseModel):
     def base_s(self, seqs: float) -> float:
         """The step time of ``seqs`` decoding sequences, no context, no prefill, no speculation."""
         xs, ys = np.asarray(self.seq_knots, float), np.asarray(self.seq_step_s, float)
-        return max(_interp(seqs, xs, ys), 0.0)
+        return max(interp_linear(seqs, xs, ys), 0.0)
 
     def seconds(self, seqs: float, context_tokens: float = 0.0, draft_tokens: float = 0.0,
                 prefill_tokens: float = 0.0, speculative: bool = False) -> float:
@@ -331,6 +329,8 @@ class CalibratedStepTime:
     verify: VerifyCost
     points: pd.DataFrame | None = None  # the speculative calibration points, if fitted
     notes: list[str] = field(default_factory=list)
+    # the notes that say a source fell back to a weaker one (a report shows them as caveats)
+    fallbacks: list[str] = field(default_factory=list)
     # The engine-step model (fitted on the stream's steps) and the steps it was fitted on;
     # when set, ``verify`` is its speculative part and the level simulation prices each step.
     steps: StepCost | None = None
@@ -366,7 +366,7 @@ class CalibratedStepTime:
 
     def baseline_step_s(self, batch: float) -> float:
         """T(B, 1): interpolated between measured levels; never below the fastest level's 10 %."""
-        return max(_interp(batch, self._xs, self._ys), 0.1 * float(self._ys.min()))
+        return max(interp_linear(batch, self._xs, self._ys), 0.1 * float(self._ys.min()))
 
     def extra_s(self, batch: float, verified_tokens_per_seq: float) -> float:
         """T(B, n) - T(B, 1) for a speculative step."""
@@ -409,6 +409,7 @@ class CalibratedStepTime:
             "spec_mode_overhead_ms": (None if self.spec_mode_overhead_s is None
                                       else [round(v * 1e3, 3) for v in self.spec_mode_overhead_s]),
             "notes": list(self.notes),
+            "fallbacks": list(self.fallbacks),
             "step_model": None if self.steps is None else {
                 "step_ms_by_decoding_sequences": {f"{k:g}": round(v * 1e3, 3)
                                                   for k, v in zip(self.steps.seq_knots, self.steps.seq_step_s,
@@ -620,150 +621,3 @@ def speedup_table(
 
 
 # --------------------------------------------------------------------------- payback
-
-
-class TrafficSlice(BaseModel):
-    """Part of an expected day: this many hours at this concurrency."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    concurrency: float = Field(..., gt=0, description="sequences in flight")
-    hours_per_day: float = Field(..., ge=0, le=24, description="hours per day at that concurrency")
-
-
-def payback_hours(
-    load_time_s: float,
-    speedup_at: Callable[[float], float] | Mapping[float, float],
-    traffic: Sequence[TrafficSlice | Mapping[str, float]],
-    restarts: int = 1,
-) -> pd.DataFrame:
-    """Hours of operation until a restart for a speculative option pays for itself.
-
-    A restart takes the server away for ``load_time_s`` (measured: manifest
-    ``server.load_time_s``) per restart. An hour served at concurrency c with speedup s
-    needs only 1/s hours of server time: it frees ``1 - 1/s`` server-hours (negative when
-    s < 1). Payback = downtime / freed server-hours per calendar hour, averaged over the
-    traffic profile's day; ``inf`` when the option saves nothing (never pays back).
-    Returns one row per traffic slice plus a ``total`` row carrying ``payback_hours``.
-    """
-    slices = [s if isinstance(s, TrafficSlice) else TrafficSlice(**s) for s in traffic]
-    if not slices:
-        raise SpeclabError("Give a traffic profile: at least one {concurrency, hours_per_day}.")
-    total_hours = sum(s.hours_per_day for s in slices)
-    if total_hours > 24 + 1e-9:
-        raise SpeclabError(f"The traffic profile adds up to {total_hours:g} hours per day; keep it within 24.")
-    lookup = speedup_at if callable(speedup_at) else _nearest(dict(speedup_at))
-    rows = []
-    for s in slices:
-        speedup = float(lookup(s.concurrency))
-        freed = s.hours_per_day * (1.0 - 1.0 / speedup) if speedup > 0 else -math.inf
-        rows.append({"concurrency": s.concurrency, "hours_per_day": s.hours_per_day, "speedup": speedup,
-                     "server_hours_freed_per_day": freed})
-    frame = pd.DataFrame(rows)
-    freed_per_day = float(frame["server_hours_freed_per_day"].sum())
-    downtime_h = restarts * load_time_s / 3600.0
-    payback = downtime_h / (freed_per_day / 24.0) if freed_per_day > 0 else math.inf
-    total = {"concurrency": None, "hours_per_day": total_hours, "speedup": None,
-             "server_hours_freed_per_day": freed_per_day}
-    frame = pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
-    frame["restart_downtime_h"] = downtime_h
-    frame["payback_hours"] = [None] * (len(frame) - 1) + [payback]
-    frame["pays_back"] = [None] * (len(frame) - 1) + [math.isfinite(payback)]
-    return frame
-
-
-def _nearest(table: dict[float, float]) -> Callable[[float], float]:
-    keys = sorted(table)
-
-    def lookup(concurrency: float) -> float:
-        if concurrency in table:
-            return table[concurrency]
-        return float(_interp(concurrency, np.array(keys, float), np.array([table[k] for k in keys], float)))
-
-    return lookup
-
-
-# --------------------------------------------------------------------------- the seeds' scenario
-
-
-class SeedScenario(BaseModel):
-    """The motivating deployment (Kimi-K2.5, 8 PCIe GPUs) as measured by the seeds' team, with
-    every figure the seeds did not give named as such.
-
-    Measured by the seeds: the decode profile's shares, the baseline tok/s points and the n-gram
-    loss. Assumed here: the concurrency the profile was taken at, the context each sequence
-    decodes at, and n-gram's acceptance (``alpha``, when no baseline is replayed). Borrowed: the
-    all-reduce's bus bandwidth past the latency-bound sizes and the speculative mode's own
-    overhead per step. :mod:`speclab.moe.seeds` turns it into a step model in parts
-    (docs/moe.md section 5).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = "Kimi-K2.5 on 8 PCIe GPUs (TP 8)"
-    decode_budget: dict[str, float] = Field(
-        default_factory=lambda: {"all_reduce": 0.515, "attention": 0.153, "other_gemm": 0.134, "moe_gemm": 0.111},
-        description="share of decode step time per component (profile); the rest is 'other'",
-    )
-    baseline_tok_s: dict[int, float] = Field(
-        default_factory=lambda: {1: 82.5, 128: 1536.0}, description="concurrency -> measured baseline tok/s"
-    )
-    profile_concurrency: int = Field(
-        1, ge=1, description="concurrency the decode profile was taken at (the seeds did not say: assumed)")
-    context_tokens: int = Field(
-        2048, ge=1, description="context each sequence attends to while decoding (assumed: a thinking-on answer)")
-    hidden_size: int = Field(7168, ge=1, description="all-reduce message per token = hidden x 2 bytes")
-    layers: int = Field(61, ge=1, description="transformer layers (two all-reduces each under TP)")
-    tensor_parallel: int = Field(8, ge=2, description="GPUs in the all-reduce")
-    allreduce_bus_gb_s: float = Field(
-        22.2, gt=0, description="all-reduce bus bandwidth past the latency-bound sizes (borrowed: NCCL, 8 PCIe GPUs)")
-    spec_mode_overhead_ms: tuple[float, float] = Field(
-        (1.2, 3.5), description="[low, high] ms per speculative step that no probe sees (borrowed; docs/moe.md)")
-    scaling: Literal["parts", "linear_in_tokens"] = Field(
-        "parts", description="parts: each part by what it is; linear_in_tokens: the old assumption, every "
-                             "non-MoE part growing with the step's tokens as if each draft token were a new sequence")
-    unexplained_scaling: Literal["sequences", "tokens", "off"] = Field(
-        "sequences", description="the measured baseline step minus the parts: grows with sequences (per-request "
-                                 "work, longer contexts; default), with the step's tokens, or left out (assumed)")
-    routed_experts: int = 384
-    experts_per_token: int = 8
-    num_speculative_tokens: int = Field(4, ge=1, le=16)
-    alpha: float = Field(0.5, ge=0, le=1, description="per-token n-gram acceptance when a draft exists (assumed)")
-    draft_fraction: float = Field(1.0, gt=0, le=1, description="share of steps where n-gram finds a match")
-    load_time_s: float = Field(1800.0, gt=0, description="a restart (~30 min)")
-    measured_ngram_change: tuple[float, float] = Field(
-        (-0.26, -0.09), description="what the team measured: n-gram 9-26 % slower"
-    )
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])
-
-    @field_validator("decode_budget")
-    @classmethod
-    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
-        missing = {"all_reduce", "attention", "other_gemm", "moe_gemm"} - set(value)
-        if missing:
-            raise ValueError(f"decode_budget needs shares for {', '.join(sorted(missing))}")
-        if any(v < 0 for v in value.values()) or sum(value.values()) > 1.0 + 1e-9:
-            raise ValueError("decode_budget shares must be >= 0 and add up to at most 1")
-        return value
-
-    @field_validator("baseline_tok_s")
-    @classmethod
-    def _points(cls, value: dict[int, float]) -> dict[int, float]:
-        if len(value) < 2 or any(v <= 0 for v in value.values()):
-            raise ValueError("baseline_tok_s needs two or more concurrency levels with tok/s > 0")
-        return value
-
-    @field_validator("spec_mode_overhead_ms")
-    @classmethod
-    def _range(cls, value: tuple[float, float]) -> tuple[float, float]:
-        if not 0 <= value[0] <= value[1]:
-            raise ValueError("spec_mode_overhead_ms must be [low, high] with 0 <= low <= high")
-        return value
-
-    def baseline_step_s(self, concurrency: float) -> float:
-        """The measured decode step (concurrency / tok/s), linear in concurrency between and past
-        the measured points."""
-        points = sorted((c, c / tok_s) for c, tok_s in self.baseline_tok_s.items())
-        xs = np.array([p[0] for p in points], float)
-        ys = np.array([p[1] for p in points], float)
-        return _interp(float(concurrency), xs, ys)

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from speclab.errors import SpeclabError
-from speclab.predict.predictions import calibration_steps
+from speclab.predict.timings import calibration_steps
 
 __all__ = ["MIN_STEPS", "OWN_STEP_COLUMNS", "overhead_by_concurrency", "overhead_range", "own_step_parts",
            "require_spec_run"]

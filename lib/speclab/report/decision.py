@@ -23,8 +23,9 @@ from pandas.io.formats.style import Styler
 from speclab.errors import SpeclabError
 from speclab.params import BaselineParams, ReportParams
 from speclab.predict import compare
-from speclab.report import formatting, plots, tables
-from speclab.runfolder import RunData, latest_run, load_run
+from speclab.report import caveats, formatting, plots, tables
+from speclab.report.caveats import Caveat, Kind
+from speclab.runfolder import MANIFEST, RunData, latest_run, load_run
 from speclab.runs import list_runs, read_json
 from speclab.sections import Section, read_section
 
@@ -55,7 +56,7 @@ def _option_runs_for(baseline: Path, outputs_root: str | None) -> list[Path]:
     latest: dict[str, Path] = {}
     paths = list_runs(outputs_root, kind="02-ngram") + list_runs(outputs_root, kind="03-eagle3-drafter")
     for path in sorted(paths, key=lambda p: (p.parent.name, p.name)):
-        manifest = read_json(path / "manifest.json")
+        manifest = read_json(path / MANIFEST)
         if manifest.get("status") != "ok":
             continue
         if Path(str(manifest.get("baseline_run"))).resolve() != baseline.resolve():
@@ -152,22 +153,21 @@ def _traffic(baseline: RunData) -> list[dict[str, float]]:
 
 
 def restart_cost(bundle: ReportBundle, option: RunData) -> tuple[float | None, str]:
-    """Seconds one restart into ``option`` costs, and where the figure comes from: the load
-    time measured when speclab started the option's server, else the baseline's
-    ``restart_minutes`` (an external server speclab did not restart), else unknown."""
-    measured = (option.server or {}).get("load_time_s")
-    if measured:
-        return float(measured), "measured when this run started its server"
+    """Seconds one restart into ``option`` costs, and where the figure comes from, by the rule
+    01 uses too (:func:`speclab.predict.payback.restart_cost_s`): the baseline's
+    ``restart_minutes`` when given, else the load time measured when speclab started the
+    option's server (else the baseline's), else unknown."""
+    from speclab.predict.payback import restart_cost_s
+
     given = (bundle.baseline.manifest.get("params") or {}).get("restart_minutes")
-    if given:
-        return float(given) * 60.0, "restart_minutes given to 01-baseline"
-    return None, "unknown"
+    return restart_cost_s(given, (option.server or {}).get("load_time_s"),
+                          (bundle.baseline.server or {}).get("load_time_s"))
 
 
 def measured_payback(bundle: ReportBundle, option: RunData) -> float | None:
     """Hours of the baseline's expected traffic until restarting into ``option`` pays back,
     at the measured speedups (None when no restart cost is known)."""
-    from speclab.predict.costmodel import payback_hours
+    from speclab.predict.payback import payback_hours
 
     load_s, _ = restart_cost(bundle, option)
     rows = decision_rows(bundle)
@@ -242,7 +242,7 @@ def _hours(hours: float) -> str:
     return f"{hours / 24:.0f} days"
 
 
-def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = None) -> list[DecisionRecord]:
+def decision_records(bundle: ReportBundle, found: list[Caveat] | None = None) -> list[DecisionRecord]:
     """One record per option run, in the bundle's order."""
     found = found if found is not None else report_caveats(bundle)
     rows = decision_rows(bundle)
@@ -261,7 +261,7 @@ def decision_records(bundle: ReportBundle, found: list[tables.Caveat] | None = N
             measured = measured[[c for c in order if c in measured]]
         payback = measured_payback(bundle, option)
         mine_or_all = (option.label, bundle.baseline.label)
-        applies = tables.group_caveats([c for c in found if c.subject in mine_or_all
+        applies = caveats.group_caveats([c for c in found if c.subject in mine_or_all
                                         or option.label in c.subject.split(" and ")], with_runs=False)
         records.append(DecisionRecord(
             option=option.label, run=tables.run_id(option.path), baseline_run=tables.run_id(bundle.baseline.path),
@@ -309,7 +309,7 @@ def opening(title: str, sentence: str) -> str:
 
 
 def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None,
-                   found: list[tables.Caveat] | None = None) -> str:
+                   found: list[Caveat] | None = None) -> str:
     """The report's first sentence: what to do, and the measured evidence for it.
 
     It recommends nothing over a CONTAMINATED comparison, an option whose outputs fail the
@@ -319,12 +319,12 @@ def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = 
     if rows.empty:
         return "No paired measurements: run 01-baseline and an option (02-ngram) on the same plan first."
     found = found if found is not None else report_caveats(bundle)
-    contaminated = next((c.message for c in found if c.message.startswith("CONTAMINATED")), None)
+    contaminated = next((c for c in found if c.kind is Kind.CONTAMINATED), None)
     if contaminated:
-        return ("No recommendation: " + contaminated.split(": ", 1)[1].split(". Speed differences")[0]
+        return ("No recommendation: " + contaminated.detail
                 + ", so the measured speed differences may come from the load, not the options; "
                 "rerun the arms on a quiet machine.")
-    broken = {c.subject for c in found if c.message.startswith("NOT lossless")}
+    broken = {c.subject for c in found if c.kind is Kind.NOT_LOSSLESS}
     records = records if records is not None else decision_records(bundle, found)
     paybacks = {r.option: r.payback_h for r in records}
     levels = _levels(sorted(int(c) for c in rows["concurrency"].unique()))
@@ -441,9 +441,9 @@ def predictions(bundle: ReportBundle) -> pd.DataFrame:
     return tables.mark_load(rows, bundle.runs)
 
 
-def report_caveats(bundle: ReportBundle) -> list[tables.Caveat]:
+def report_caveats(bundle: ReportBundle) -> list[Caveat]:
     """Everything detected that should temper the verdicts (per run, and per option pair)."""
-    return tables.caveats(bundle.runs, baseline=bundle.baseline, comparisons=bundle.comparisons)
+    return caveats.caveats(bundle.runs, baseline=bundle.baseline, comparisons=bundle.comparisons)
 
 
 def predicted_losers(bundle: ReportBundle) -> pd.DataFrame:
@@ -469,7 +469,7 @@ def latest_sections(outputs_root: str | Path | None = None) -> list[Section]:
     """The newest section of each kind among finished runs, in reading order."""
     latest: dict[str, Section] = {}
     for path in list_runs(outputs_root):
-        if read_json(path / "manifest.json").get("status") != "ok":
+        if read_json(path / MANIFEST).get("status") != "ok":
             continue
         section = read_section(path)
         if section is not None:

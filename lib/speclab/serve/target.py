@@ -17,8 +17,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from speclab.errors import SpeclabError
-from speclab.measure.identity import ServerIdentity, contradictions, probe_server
+from speclab.measure.identity import contradictions, probe_server
 from speclab.options import SpecOption
+from speclab.runfolder import ServerIdentity
 from speclab.runs import Run
 from speclab.serve.launch import ManagedServer, ServerLaunch, free_port
 from speclab.urls import Endpoint
@@ -121,6 +122,7 @@ def _launch_for(target: ServerTarget) -> ServerLaunch:
 
 def _check_declared(identity: ServerIdentity, target: ServerTarget) -> None:
     problems = contradictions(identity, target.option)
+    identity.contradictions = list(problems)
     identity.notes.extend(problems)
     if problems and target.strict_option:
         raise SpeclabError(

@@ -1,6 +1,7 @@
 """The streaming client every latency and token number in speclab comes from.
 
-One parsing core, two transports behind one small interface (``transport.Transport``):
+One parsing core, two transports behind one small interface (``transport``: ``Transport``),
+what is asked in ``records`` (``Sampling``, ``RequestSpec``):
 
 - ``sse``: ``SSEDecoder`` turns response-body bytes into SSE ``data`` payloads and
   ``StreamAccumulator`` turns timestamped payloads into one ``RequestRecord``; no I/O, so both

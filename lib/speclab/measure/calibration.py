@@ -1,28 +1,23 @@
-"""The verify-cost calibration run: a baseline and a speculative run of one per-category plan on
-real servers, fitted into the step-time model the predictor uses.
+"""The verify-cost calibration runs (``verify_cost: calibrate``): a baseline and a speculative run
+of one per-category plan on real servers, on prompts the predicted baseline did not use.
 
-This is orchestration (it starts servers and sweeps them), so it lives here, above the pure
-analysis in :mod:`speclab.predict.predictions` and :mod:`speclab.predict.costmodel`, which only read the folders.
+Measurement layer: it starts servers and sweeps them; the step model is fitted from the two run
+folders by :func:`speclab.predict.stepmodel.calibrate_from_runs`, which only reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
 
 from speclab.errors import SpeclabError
 from speclab.measure.loadgen import SweepConfig, bench, plan_sweep
 from speclab.options import SpecOption
-from speclab.predict.costmodel import CalibratedStepTime
-from speclab.predict.predictions import calibrate_from_runs
 from speclab.prompts import Prompt
-from speclab.runfolder import Plan, PlannedRequest
+from speclab.runfolder import PLAN_JSON, Plan, PlannedRequest
 from speclab.runs import MANIFEST, read_json
-from speclab.serve.target import ServerTarget
+from speclab.serve.target import LiveServer, ServerTarget
 
 
 def plan_per_category(
@@ -48,8 +43,18 @@ def plan_per_category(
     return Plan(requests, plan.prompts, plan.reused_prompts, plan.notes)
 
 
+@dataclass(frozen=True)
+class CalibrationPrompts:
+    """The calibration's prompts, the sentence saying which they are, and whether the built-in
+    sets stood in for the user's own (the verify cost then comes from other prompts)."""
+
+    prompts: list[Prompt]
+    said: str
+    builtin: bool
+
+
 def calibration_prompts(source: str | None, categories: Sequence[str] | None,
-                        used: set[str]) -> tuple[list[Prompt], str]:
+                        used: set[str]) -> CalibrationPrompts:
     """Prompts for the verify-cost calibration, none of them in ``used`` (the baseline's
     plan), and one sentence saying which were taken.
 
@@ -63,31 +68,29 @@ def calibration_prompts(source: str | None, categories: Sequence[str] | None,
     own = [p for p in load_prompts(source, categories) if p.id not in used]
     if own:
         cats = sorted({p.category for p in own})
-        return own, (f"calibration on {len(own)} prompt(s) the baseline did not use, from "
-                     f"{source or 'the built-in sets'} ({', '.join(cats)})")
+        return CalibrationPrompts(own, f"calibration on {len(own)} prompt(s) the baseline did not use, from "
+                                       f"{source or 'the built-in sets'} ({', '.join(cats)})", False)
     builtin = [p for p in load_builtin() if p.id not in used]
     if builtin:
-        return builtin, (f"calibration on the built-in prompt sets: the baseline used every prompt of "
-                         f"{source or 'its categories'}")
+        return CalibrationPrompts(builtin, f"calibration on the built-in prompt sets: the baseline used every "
+                                           f"prompt of {source or 'its categories'}", True)
     raise SpeclabError("No prompt is left for the verify-cost calibration once the baseline's are set "
                        "aside; lower per_category, add prompts, or set verify_cost: baseline_slope.")
 
 
-@dataclass
-class VerifyCostCalibration:
-    """What :func:`measure_verify_cost` measured and fitted."""
+@dataclass(frozen=True)
+class CalibrationRuns:
+    """The two run folders :func:`measure_verify_cost` measured."""
 
-    model: CalibratedStepTime
     baseline_run: Path
     spec_run: Path
-    points: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 BASELINE_ON_LIVE = "verify-cost-baseline"  # the folder name of a baseline arm swept on a running server
 
 
 def measure_calibration_baseline(
-    live: Any,
+    live: LiveServer,
     target: ServerTarget,
     config: SweepConfig,
     *,
@@ -117,7 +120,7 @@ def finished_calibration_baseline(outputs_root: str | Path) -> Path | None:
         manifest = read_json(folder / MANIFEST)
     except SpeclabError:  # missing or unreadable: not finished
         return None
-    return folder if manifest.get("status") == "ok" and (folder / "plan.json").exists() else None
+    return folder if manifest.get("status") == "ok" and (folder / PLAN_JSON).exists() else None
 
 
 def measure_verify_cost(
@@ -131,14 +134,14 @@ def measure_verify_cost(
     name: str = "verify-cost",
     progress: bool = False,
     outputs_root: str | Path | None = None,
-) -> VerifyCostCalibration:
-    """Measure the cost of verifying drafts on real servers and fit the step-time model.
+) -> CalibrationRuns:
+    """Measure the cost of verifying drafts on real servers: a baseline and a speculative run.
 
     Runs one per-category plan (:func:`plan_per_category`; ``split_concurrency`` picks the
     levels split by category) twice: on ``baseline_target``
     (default: ``spec_target`` with speculation off) and on ``spec_target`` (a
     :class:`speclab.serve.target.ServerTarget` with a speculative option); each is a run folder
-    of its own. Then fits :func:`calibrate_from_runs`. Use prompts other than the ones
+    of its own (:func:`speclab.predict.stepmodel.calibrate_from_runs` fits them). Use prompts other than the ones
     you will predict for, and the concurrencies you will predict at. ``baseline_run``: a
     finished baseline arm of this calibration (:func:`measure_calibration_baseline`); its
     plan is swept on ``spec_target`` and no baseline server is started.
@@ -155,5 +158,4 @@ def measure_verify_cost(
                          outputs_root=outputs_root).run_dir
     spec = bench(spec_target, config, name=f"{name}-{spec_target.option.method}", plan=plan, progress=progress,
                  outputs_root=outputs_root)
-    model = calibrate_from_runs(base_dir, spec.run_dir)
-    return VerifyCostCalibration(model, base_dir, spec.run_dir, model.points if model.points is not None else pd.DataFrame())
+    return CalibrationRuns(base_dir, spec.run_dir)
