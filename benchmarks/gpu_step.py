@@ -22,6 +22,15 @@ experts a step touches, the weighted combine), ``dense`` (every other GEMM: proj
 MLPs, a shared expert, the router, the LM head). ``other`` is the full step minus those three:
 norms, rotary embedding, activations, residual adds, sampling, and the gaps between kernels.
 
+CUDA-graph mode (``--graph-mode full,piecewise``, docs/gpu-step.md): the whole step timed on the
+same tensors as one captured graph (vLLM's FULL decode graphs) and split at every layer's
+attention op (vLLM's PIECEWISE mode, which dynamic speculative decoding forces): ``layers + 1``
+captured pieces, the attention op (cache writes, packing, the kernels, unpacking; for MLA also
+the W_UK / W_UV products, which vLLM's MLA op holds) launched eagerly from Python between them.
+The modes alternate rep by rep; ``extra_ms`` is the median paired difference. Written to
+``gpu-graph-mode-<shape>.json`` (no stand-in points, no parts). On a CPU every mode runs eagerly,
+so piecewise equals eager and full, and the file says so.
+
 Regimes it does not cover: one GPU, so no all-reduce (a TP rank's communication is not in these
 numbers); bf16 everywhere (a deployment serving INT4 or FP8 experts reads fewer bytes per expert);
 routing from a random router over random activations, so a verify step's tokens route
@@ -365,6 +374,7 @@ class KVCache:
 
 
 PARTS = ("attention", "moe", "dense")
+ALL = frozenset({"other", *PARTS})
 
 
 class Step:
@@ -415,27 +425,50 @@ class Step:
         return torch.cat([x1 * self.cos - x2 * self.sin, x2 * self.cos + x1 * self.sin], dim=-1)
 
     def _gqa(self, layer: int, w: dict[str, torch.Tensor], h: torch.Tensor, on: frozenset[str]) -> torch.Tensor:
-        s, b, n, t = self.s, self.batch, self.n, self.tokens
+        q, k, v = self._gqa_pre(w, h, on)
+        if "attention" in on:
+            self._gqa_attend(layer, q, k, v)
+        return self.attn_flat @ w["o"] if "dense" in on else self.proj
+
+    def _gqa_pre(self, w: dict[str, torch.Tensor], h: torch.Tensor,
+                 on: frozenset[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """QKV projection and rotary embedding (before the attention op)."""
+        s, t = self.s, self.tokens
         qkv = h @ w["qkv"] if "dense" in on else self.qkv
         q = qkv[:, : s.heads * s.head_dim].view(t, s.heads, s.head_dim)
         k = qkv[:, s.heads * s.head_dim:(s.heads + s.kv_heads) * s.head_dim].view(t, s.kv_heads, s.head_dim)
         v = qkv[:, (s.heads + s.kv_heads) * s.head_dim:].view(t, s.kv_heads, s.head_dim)
         if "other" in on:
             q, k = self._rope(q), self._rope(k)
-        if "attention" in on:
-            kc, vc = self.kv.views(layer, b)
-            kc[:, :, self.ctx:self.ctx + n].copy_(k.reshape(b, n, s.kv_heads, s.head_dim).transpose(1, 2))
-            vc[:, :, self.ctx:self.ctx + n].copy_(v.reshape(b, n, s.kv_heads, s.head_dim).transpose(1, 2))
-            group = s.heads // s.kv_heads
-            self.q_pack.view(b, s.kv_heads, group, n, s.head_dim).copy_(
-                q.reshape(b, n, s.kv_heads, group, s.head_dim).permute(0, 2, 3, 1, 4))
-            self.attn(self.q_pack, kc, vc, self.o_pack)
-            self.attn_flat.view(b, n, s.kv_heads, group, s.head_dim).copy_(
-                self.o_pack.view(b, s.kv_heads, group, n, s.head_dim).permute(0, 3, 1, 2, 4))
-        return self.attn_flat @ w["o"] if "dense" in on else self.proj
+        return q, k, v
+
+    def _gqa_attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The attention op: KV-cache writes, packing, the split-KV kernel, unpacking."""
+        s, b, n = self.s, self.batch, self.n
+        kc, vc = self.kv.views(layer, b)
+        kc[:, :, self.ctx:self.ctx + n].copy_(k.reshape(b, n, s.kv_heads, s.head_dim).transpose(1, 2))
+        vc[:, :, self.ctx:self.ctx + n].copy_(v.reshape(b, n, s.kv_heads, s.head_dim).transpose(1, 2))
+        group = s.heads // s.kv_heads
+        self.q_pack.view(b, s.kv_heads, group, n, s.head_dim).copy_(
+            q.reshape(b, n, s.kv_heads, group, s.head_dim).permute(0, 2, 3, 1, 4))
+        self.attn(self.q_pack, kc, vc, self.o_pack)
+        self.attn_flat.view(b, n, s.kv_heads, group, s.head_dim).copy_(
+            self.o_pack.view(b, s.kv_heads, group, n, s.head_dim).permute(0, 3, 1, 2, 4))
 
     def _mla(self, layer: int, w: dict[str, torch.Tensor], h: torch.Tensor, on: frozenset[str]) -> torch.Tensor:
-        s, b, n, t = self.s, self.batch, self.n, self.tokens
+        c_kv, k_pe, q_pe, _ = self._mla_pre(w, h, on, absorb=True)
+        if "attention" in on:
+            self._mla_attend(layer, c_kv, k_pe, q_pe)
+        if "dense" in on:
+            self._mla_absorb_o(w)
+            return self.attn_flat @ w["o"]
+        return self.proj
+
+    def _mla_pre(self, w: dict[str, torch.Tensor], h: torch.Tensor, on: frozenset[str],
+                 absorb: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Down and up projections, norms, rotary embedding; with ``absorb`` the W_UK product too
+        (piecewise mode leaves it to the attention op, as vLLM's MLA op holds it)."""
+        s, t = self.s, self.tokens
         heads, lat, pe = s.heads, s.kv_lora, s.rope_dim
         qkv = h @ w["qkv_a"] if "dense" in on else self.qkv
         q_a, c_kv, k_pe = qkv[:, : s.q_lora], qkv[:, s.q_lora:s.q_lora + lat], qkv[:, s.q_lora + lat:]
@@ -445,26 +478,35 @@ class Step:
             k_pe = self._rope(k_pe.reshape(t, 1, pe)).reshape(t, pe)
         if "dense" in on:
             qb = (q_a @ w["q_b"]).view(t, heads, s.nope_dim + pe)
-            torch.bmm(qb[:, :, : s.nope_dim].transpose(0, 1), w["uk"], out=self.q_lat)  # absorb W_UK
+            if absorb:
+                self._mla_absorb_q(w, qb)
         else:
             qb = self.qb.view(t, heads, s.nope_dim + pe)
         q_pe = qb[:, :, s.nope_dim:]
         if "other" in on:
             q_pe = self._rope(q_pe)
-        if "attention" in on:
-            kc, _ = self.kv.views(layer, b)
-            kc[:, 0, self.ctx:self.ctx + n, :lat].copy_(c_kv.reshape(b, n, lat))
-            kc[:, 0, self.ctx:self.ctx + n, lat:].copy_(k_pe.reshape(b, n, pe))
-            packed = self.q_pack.view(b, heads, n, lat + pe)
-            packed[..., :lat].copy_(self.q_lat.view(heads, b, n, lat).transpose(0, 1))
-            packed[..., lat:].copy_(q_pe.reshape(b, n, heads, pe).transpose(1, 2))
-            self.attn(self.q_pack, kc, kc[..., :lat], self.o_pack)
-            self.o_lat.view(heads, b, n, lat).copy_(self.o_pack.view(b, heads, n, lat).transpose(0, 1))
-        if "dense" in on:
-            out = torch.bmm(self.o_lat, w["uv"])  # [heads, t, v_head]: absorb W_UV
-            self.attn_flat.view(t, heads, s.v_head_dim).copy_(out.transpose(0, 1))
-            return self.attn_flat @ w["o"]
-        return self.proj
+        return c_kv, k_pe, q_pe, qb
+
+    def _mla_absorb_q(self, w: dict[str, torch.Tensor], qb: torch.Tensor) -> None:
+        torch.bmm(qb[:, :, : self.s.nope_dim].transpose(0, 1), w["uk"], out=self.q_lat)  # absorb W_UK
+
+    def _mla_attend(self, layer: int, c_kv: torch.Tensor, k_pe: torch.Tensor, q_pe: torch.Tensor) -> None:
+        """The latent cache write, packing, the split-KV kernel over the latent cache, unpacking."""
+        s, b, n = self.s, self.batch, self.n
+        heads, lat, pe = s.heads, s.kv_lora, s.rope_dim
+        kc, _ = self.kv.views(layer, b)
+        kc[:, 0, self.ctx:self.ctx + n, :lat].copy_(c_kv.reshape(b, n, lat))
+        kc[:, 0, self.ctx:self.ctx + n, lat:].copy_(k_pe.reshape(b, n, pe))
+        packed = self.q_pack.view(b, heads, n, lat + pe)
+        packed[..., :lat].copy_(self.q_lat.view(heads, b, n, lat).transpose(0, 1))
+        packed[..., lat:].copy_(q_pe.reshape(b, n, heads, pe).transpose(1, 2))
+        self.attn(self.q_pack, kc, kc[..., :lat], self.o_pack)
+        self.o_lat.view(heads, b, n, lat).copy_(self.o_pack.view(b, heads, n, lat).transpose(0, 1))
+
+    def _mla_absorb_o(self, w: dict[str, torch.Tensor]) -> None:
+        s = self.s
+        out = torch.bmm(self.o_lat, w["uv"])  # [heads, t, v_head]: absorb W_UV
+        self.attn_flat.view(self.tokens, s.heads, s.v_head_dim).copy_(out.transpose(0, 1))
 
     def _mlp(self, w: dict[str, torch.Tensor], h: torch.Tensor, on: frozenset[str], ffn: int, gu: str, d: str) -> torch.Tensor:
         t = self.tokens
@@ -500,28 +542,86 @@ class Step:
 
     # ---------------------------------------------------------------- the step
 
-    def run(self, on: frozenset[str]) -> None:
+    def _weights(self, layer: int) -> dict[str, torch.Tensor]:
+        return self.w.sets[layer % len(self.w.sets)]
+
+    def _ffn_block(self, layer: int, x: torch.Tensor, o: torch.Tensor, on: frozenset[str]) -> torch.Tensor:
+        """Residual add of the attention output, then the layer's MLP or MoE and its residual."""
+        s, ws = self.s, self._weights(layer)
+        if "other" in on:
+            x = x + o
+        h = F.rms_norm(x, (s.hidden,), ws["n2"]) if "other" in on else x
+        if s.experts and layer >= s.first_dense:
+            y = self._moe(layer, ws, h, on)
+        elif s.experts:
+            y = self._mlp(self.w.dense_first[layer], h, on, s.dense_ffn, "gu", "d")
+        else:
+            y = self._mlp(ws, h, on, s.dense_ffn, "gu", "d")
+        if "other" in on:
+            x = x + y
+        return x
+
+    def _head(self, x: torch.Tensor, on: frozenset[str]) -> torch.Tensor:
         s, w = self.s, self.w
-        x = self.x0
-        for i in range(s.layers):
-            ws = w.sets[i % len(w.sets)]
-            h = F.rms_norm(x, (s.hidden,), ws["n1"]) if "other" in on else x
-            o = self._gqa(i, ws, h, on) if s.attention == "gqa" else self._mla(i, ws, h, on)
-            if "other" in on:
-                x = x + o
-            h = F.rms_norm(x, (s.hidden,), ws["n2"]) if "other" in on else x
-            if s.experts and i >= s.first_dense:
-                y = self._moe(i, ws, h, on)
-            elif s.experts:
-                y = self._mlp(w.dense_first[i], h, on, s.dense_ffn, "gu", "d")
-            else:
-                y = self._mlp(ws, h, on, s.dense_ffn, "gu", "d")
-            if "other" in on:
-                x = x + y
         h = F.rms_norm(x, (s.hidden,), w.final_norm) if "other" in on else x
         logits = h @ w.lm_head if "dense" in on else self.lm
         if "other" in on:
             torch.argmax(logits, dim=-1)
+        return logits
+
+    def run(self, on: frozenset[str]) -> torch.Tensor:
+        """The whole stack with the parts in ``on``; returns the logits."""
+        s = self.s
+        x = self.x0
+        for i in range(s.layers):
+            ws = self._weights(i)
+            h = F.rms_norm(x, (s.hidden,), ws["n1"]) if "other" in on else x
+            o = self._gqa(i, ws, h, on) if s.attention == "gqa" else self._mla(i, ws, h, on)
+            x = self._ffn_block(i, x, o, on)
+        return self._head(x, on)
+
+    def pieces(self) -> tuple[list[tuple[str, Any]], list[dict[str, torch.Tensor]]]:
+        """The whole step as vLLM's piecewise CUDA-graph mode splits it: the attention op of each
+        layer is the split point. Returns ``[("graph", fn), ("eager", fn), ..., ("graph", fn)]``:
+        ``layers + 1`` pieces to capture (embedding side to layer 0's attention, one layer's
+        attention output to the next layer's attention, the last to the logits) and ``layers``
+        attention ops run eagerly between them; and the per-layer state the pieces hand on (the
+        residual, the attention op's inputs, at the end ``logits``)."""
+        s, on = self.s, ALL
+        state: list[dict[str, torch.Tensor]] = [{} for _ in range(s.layers + 1)]
+
+        def pre(i: int, x: torch.Tensor) -> None:
+            ws = self._weights(i)
+            h = F.rms_norm(x, (s.hidden,), ws["n1"])
+            if s.attention == "gqa":
+                q, k, v = self._gqa_pre(ws, h, on)
+                state[i].update(x=x, q=q, k=k, v=v)
+            else:
+                c_kv, k_pe, q_pe, qb = self._mla_pre(ws, h, on, absorb=False)
+                state[i].update(x=x, c_kv=c_kv, k_pe=k_pe, q_pe=q_pe, qb=qb)
+
+        def attend(i: int) -> None:
+            st = state[i]
+            if s.attention == "gqa":
+                self._gqa_attend(i, st["q"], st["k"], st["v"])
+            else:  # vLLM's MLA op holds the W_UK and W_UV products
+                ws = self._weights(i)
+                self._mla_absorb_q(ws, st["qb"])
+                self._mla_attend(i, st["c_kv"], st["k_pe"], st["q_pe"])
+                self._mla_absorb_o(ws)
+
+        def between(i: int) -> None:
+            o = self.attn_flat @ self._weights(i)["o"]
+            x = self._ffn_block(i, state[i]["x"], o, on)
+            if i + 1 < s.layers:
+                pre(i + 1, x)
+            else:
+                state[s.layers]["logits"] = self._head(x, on)
+
+        out: list[tuple[str, Any]] = [("graph", lambda: pre(0, self.x0))]
+        for i in range(s.layers):
+            out += [("eager", lambda i=i: attend(i)), ("graph", lambda i=i: between(i))]
+        return out, state
 
     def distinct_experts(self) -> float:
         """Mean distinct experts per MoE layer in the last run (0 for a dense model)."""
@@ -578,6 +678,142 @@ def measure(step: Step, device: torch.device, reps: int, graphs: bool) -> dict[s
         row[f"{part}_ms"] = statistics.median(times)
         parts += row[f"{part}_ms"]
     row["other_ms"] = row["step_ms"] - parts
+    return row
+
+
+GRAPH_MODES = ("full", "piecewise", "eager")
+
+
+def _graph_mode_launchers(step: Step, modes: list[str], graphs: bool) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """For each mode a function that launches one whole step, and one that returns its logits.
+
+    ``full``: the whole stack captured into one CUDA graph (vLLM's FULL decode graphs).
+    ``piecewise``: the graph split at every attention op, as vLLM's PIECEWISE mode splits it:
+    ``layers + 1`` captured pieces sharing one memory pool, replayed in capture order, and each
+    layer's attention op (cache write, packing, kernels, unpacking; for MLA also the W_UK / W_UV
+    products) launched eagerly from Python between them. ``eager``: no graph at all.
+    Without CUDA (``graphs`` false) every mode runs eagerly: piecewise then is eager."""
+    pieces, state = step.pieces()
+    launch: dict[str, Any] = {}
+    logits: dict[str, Any] = {}
+    keep: list[Any] = []
+    if graphs:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up before capture (Triton compiles, cuBLAS picks)
+            step.run(ALL)
+            for _, fn in pieces:
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+    for mode in modes:
+        if mode == "full" and graphs:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = step.run(ALL)
+            keep += [graph, out]
+            launch[mode], logits[mode] = graph.replay, (lambda out=out: out)
+        elif mode == "piecewise" and graphs:
+            pool = torch.cuda.graph_pool_handle()
+            seq = []
+            for kind, fn in pieces:
+                if kind == "graph":
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        fn()
+                    keep.append(graph)
+                    seq.append(graph.replay)
+                else:
+                    seq.append(fn)
+            keep.append(state)
+
+            def run_pieces(seq: list[Any] = seq) -> None:
+                for f in seq:
+                    f()
+            launch[mode], logits[mode] = run_pieces, (lambda: state[-1]["logits"])
+        elif mode == "piecewise":
+            def run_eager_pieces() -> None:
+                for _, f in pieces:
+                    f()
+            launch[mode], logits[mode] = run_eager_pieces, (lambda: state[-1]["logits"])
+        else:  # eager, or full without graphs
+            held: dict[str, torch.Tensor] = {}
+
+            def run_eager(held: dict[str, torch.Tensor] = held) -> None:
+                held["logits"] = step.run(ALL)
+            launch[mode], logits[mode] = run_eager, (lambda held=held: held["logits"])
+    return launch, logits, keep
+
+
+def _q(values: list[float], q: float) -> float:
+    """Quantile ``q`` (0..1) by linear interpolation."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def measure_graph_modes(step: Step, modes: list[str], reps: int, graphs: bool) -> dict[str, Any]:
+    """Each mode's step time on the same tensors, the modes interleaved rep by rep (their order
+    alternating) so drift in clocks falls on all alike. Per mode: GPU time between CUDA events
+    around the launch (``{mode}_ms``: median, min, max; it holds any gap where the GPU waits on
+    Python), wall time to the step's end (``{mode}_wall_ms``) and the CPU time to launch it
+    (``{mode}_launch_ms``). ``extra_ms``: the median of the paired differences piecewise minus
+    full, with their 10th and 90th percentiles (``extra_ms_p10``, ``extra_ms_p90``)."""
+    launch, logits, keep = _graph_mode_launchers(step, modes, graphs)
+    for m in modes:
+        launch[m]()
+        launch[m]()
+    if graphs:
+        torch.cuda.synchronize()
+    ref = logits[modes[0]]().float().clone()
+    row: dict[str, Any] = {}
+    # The same mode again: the noise floor of the comparison (a MoE step's index_add_ and
+    # top-k ties are not deterministic; a dense step is, so its errors are exactly zero).
+    launch[modes[0]]()
+    if graphs:
+        torch.cuda.synchronize()
+    again = logits[modes[0]]().float()
+    row[f"{modes[0]}_repeat_logits_rel_error"] = float((again - ref).norm() / ref.norm().clamp_min(1e-30))
+    for m in modes[1:]:
+        launch[m]()
+        if graphs:
+            torch.cuda.synchronize()
+        got = logits[m]().float()
+        row[f"{m}_logits_rel_error"] = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+    times: dict[str, dict[str, list[float]]] = {m: {"gpu": [], "wall": [], "launch": []} for m in modes}
+    start = torch.cuda.Event(enable_timing=True) if graphs else None
+    end = torch.cuda.Event(enable_timing=True) if graphs else None
+    for r in range(reps):
+        for m in modes if r % 2 == 0 else modes[::-1]:
+            if graphs:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if start is not None:
+                start.record()
+            launch[m]()
+            t1 = time.perf_counter()
+            if end is not None and start is not None:
+                end.record()
+                end.synchronize()
+            t2 = time.perf_counter()
+            times[m]["gpu"].append(start.elapsed_time(end) if start is not None and end is not None
+                                   else (t2 - t0) * 1e3)
+            times[m]["wall"].append((t2 - t0) * 1e3)
+            times[m]["launch"].append((t1 - t0) * 1e3)
+    for m in modes:
+        t = times[m]
+        row.update({f"{m}_ms": statistics.median(t["gpu"]), f"{m}_ms_min": min(t["gpu"]),
+                    f"{m}_ms_max": max(t["gpu"]), f"{m}_wall_ms": statistics.median(t["wall"]),
+                    f"{m}_launch_ms": statistics.median(t["launch"])})
+    if "full" in modes and "piecewise" in modes:
+        diff = [p - f for p, f in zip(times["piecewise"]["gpu"], times["full"]["gpu"], strict=True)]
+        wall = [p - f for p, f in zip(times["piecewise"]["wall"], times["full"]["wall"], strict=True)]
+        row.update(extra_ms=statistics.median(diff), extra_ms_p10=_q(diff, 0.1), extra_ms_p90=_q(diff, 0.9),
+                   extra_wall_ms=statistics.median(wall),
+                   extra_pct=100.0 * statistics.median(diff) / row["full_ms"] if row["full_ms"] > 0 else math.nan)
+    del keep, launch, logits
     return row
 
 
@@ -715,6 +951,68 @@ def run_shape(s: Shape, args: argparse.Namespace, device: torch.device, info: di
     return result
 
 
+def graph_mode_grid(batches: list[int], ns: list[int], contexts: list[int]) -> list[tuple[int, int, int]]:
+    """(batch, n, context) in priority order: n = 1, 2, 4, 8 first, the other n after."""
+    first = [n for n in (1, 2, 4, 8) if n in ns]
+    order = first + [n for n in ns if n not in first]
+    return [(b, n, ctx) for n in order for ctx in contexts for b in batches]
+
+
+def run_graph_modes(s: Shape, args: argparse.Namespace, device: torch.device, info: dict[str, Any]) -> dict[str, Any]:
+    """Full against piecewise CUDA-graph capture of the same stack, one file per shape."""
+    modes = [m.strip() for m in args.graph_mode.split(",") if m.strip()]
+    bad = [m for m in modes if m not in GRAPH_MODES]
+    if bad or len(set(modes)) != len(modes):
+        sys.exit(f"--graph-mode takes distinct modes from {', '.join(GRAPH_MODES)}; got {args.graph_mode!r}")
+    batches = [int(v) for v in args.batches.split(",")]
+    ns = [int(v) for v in args.ns.split(",")]
+    contexts = [int(v) for v in args.contexts.split(",")]
+    points = graph_mode_grid(batches, ns, contexts)
+    graphs = device.type == "cuda"
+    use_triton = graphs and triton is not None
+    sets = max(1, min(s.layers, int(args.weight_gb * 1e9 // Weights.layer_bytes(s))))
+    t0 = time.monotonic()
+    torch.manual_seed(0)
+    weights = Weights(s, sets, device)
+    kv = KVCache(s, max(batches), max(contexts) + max(ns), device)
+    sms = int(info.get("sm_count", 8))
+    note = ("piecewise: the step split at each layer's attention op (vLLM's PIECEWISE CUDA-graph mode): "
+            f"{s.layers + 1} captured pieces, {s.layers} eager attention ops between them; full: one graph")
+    if not graphs:
+        note = ("no CUDA graphs on this device: every mode ran eagerly, so piecewise equals eager and equals "
+                "full; the extra of piecewise over full is zero by construction and any difference here is "
+                "timing noise")
+    result: dict[str, Any] = {"machine": info, "shape": asdict(s), "weight_sets": sets,
+                              "layer_weight_bytes": Weights.layer_bytes(s), "kv_capacity_seqs": max(batches),
+                              "cuda_graphs": graphs, "attention_kernel": "triton split-KV" if use_triton else "torch",
+                              "modes": modes, "piecewise_graphs": s.layers + 1, "eager_attention_ops": s.layers,
+                              "note": note, "reps": args.reps, "command": " ".join(sys.argv), "points": [],
+                              "setup_s": round(time.monotonic() - t0, 1)}
+    deadline = time.monotonic() + args.time_budget_s
+    out_path = os.path.join(args.out_dir, f"gpu-graph-mode-{s.name.replace('/', '-')}.json")
+    for b, n, ctx in points:
+        if time.monotonic() > deadline:
+            result["stopped_early"] = True
+            break
+        step = Step(s, weights, kv, b, n, ctx, device, sms, use_triton)
+        row = {"batch": b, "n": n, "context": ctx, "kind": "verify" if n > 1 else "decode", "tokens": b * n,
+               "splits": step.attn.splits, **measure_graph_modes(step, modes, args.reps, graphs)}
+        result["points"].append(row)
+        del step
+        line = "  ".join(f"{m} {row[f'{m}_ms']:8.3f} (launch {row[f'{m}_launch_ms']:6.3f})" for m in modes)
+        extra = f"  extra {row['extra_ms']:+7.3f} ms ({row['extra_pct']:+5.1f} %)" if "extra_ms" in row else ""
+        print(f"{s.name} B={b:3d} n={n} ctx={ctx:5d} {line}{extra}", flush=True)
+        result["seconds"] = round(time.monotonic() - t0, 1)
+        with open(out_path, "w") as f:
+            json.dump(result, f, indent=1)
+    with open(out_path, "w") as f:
+        json.dump(result, f, indent=1)
+    del weights, kv
+    if graphs:
+        torch.cuda.empty_cache()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--shapes", default="dense-8b,moe-30b-a3b,kimi-k2.5-tp8-rank")
@@ -728,6 +1026,9 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="scaled-down shapes (a CPU check of the stack)")
     parser.add_argument("--check-only", action="store_true", help="run the numeric checks and stop")
     parser.add_argument("--out-dir", default=".")
+    parser.add_argument("--graph-mode", default="",
+                        help="e.g. full,piecewise (or full,piecewise,eager): time the whole step in each CUDA-graph "
+                             "mode instead of part by part; writes gpu-graph-mode-<shape>.json")
     args = parser.parse_args()
     want = args.device
     device = torch.device("cuda" if want == "auto" and torch.cuda.is_available() else ("cpu" if want == "auto" else want))
@@ -746,7 +1047,10 @@ def main() -> None:
             if name not in SHAPES:
                 sys.exit(f"unknown shape {name!r}; choose from {', '.join(SHAPES)}")
             shape = tiny(SHAPES[name]) if args.tiny else SHAPES[name]
-            run_shape(shape, args, device, info)
+            if args.graph_mode:
+                run_graph_modes(shape, args, device, info)
+            else:
+                run_shape(shape, args, device, info)
 
 
 if __name__ == "__main__":
