@@ -9,7 +9,9 @@ in ``docs/predictor.md``). Every module is analysis: it reads run folders and pa
   Leviathan's formula, break-even), ``probefit`` (the live probe's points fitted),
   ``stepmodel`` (the step model of a run folder, whatever ``verify_cost`` said: its one home),
   ``stepparts`` (a step in parts fitted to GPU step curves), ``ownsteps`` (after the restart: a
-  speculative run's own steps split into a draft token's price and speculative mode's cost);
+  speculative run's own steps split into a draft token's price and speculative mode's cost),
+  ``modecost`` (speculative mode's own cost in labelled parts: proposer, overlap lost, CUDA-graph
+  mode, instance spread, residual; which engines and versions lose their scheduling overlap);
 - the prediction: ``levelsim`` (a closed-loop level stepped as continuous batching runs it),
   ``predictions`` (speedup per category and concurrency with its interval and verdict),
   ``payback`` (what a restart costs and when it pays back);
@@ -17,5 +19,5 @@ in ``docs/predictor.md``). Every module is analysis: it reads run folders and pa
   of two measured arms, losslessness).
 """
 
-__all__ = ["accuracy", "compare", "costmodel", "levelsim", "ngram_fast", "ownsteps", "payback", "predictions",
+__all__ = ["accuracy", "compare", "costmodel", "levelsim", "modecost", "ngram_fast", "ownsteps", "payback", "predictions",
            "probefit", "replay", "stepmodel", "stepparts", "steptrace", "timings"]
