@@ -50,6 +50,7 @@ PROBE_JSON = "probe.json"
 PROBE_JSONL = "probe.jsonl"
 HEAD_JSONL = "probe-head.jsonl"
 RECOMMENDED_CONFIG_JSON = "recommended-config.json"
+PROPOSER_JSON = "proposer.json"
 # 00-profile
 CAPTURE_JSON = "profile_capture.json"
 PROFILE_PARAMS_JSON = "profile_params.json"

@@ -244,6 +244,37 @@ def run_id(path: str | Path) -> str:
     return f"{folder.parent.name}/{folder.name}" if folder.parent.name else folder.name
 
 
+def _cpu_flags_and_model() -> tuple[set[str], str]:
+    flags: set[str] = set()
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+            elif key.strip() == "model name" and value.strip():
+                model = value.strip()
+    return flags, model
+
+
+def host_info() -> dict[str, Any]:
+    """This machine as a run's manifest records it: platform, CPUs, CPU model and the widest
+    vector ISA it has (a CPU engine's speed, and speculation's verdict, depend on it)."""
+    flags, model = _cpu_flags_and_model()
+    isa = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "AVX" if "avx" in flags
+           else "ASIMD" if "asimd" in flags else platform.machine())
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu_model": model, "isa": isa,
+            "bf16": "avx512_bf16" in flags or "amx_bf16" in flags}
+
+
+def host_class(host: dict[str, Any] | None) -> str:
+    """The class of host a CPU-engine figure holds for: CPU model, vector ISA and CPU count
+    (``AMD EPYC, AVX-512, 2 CPUs``); ``unknown host`` for a manifest that did not record it."""
+    if not host or not host.get("isa"):
+        return "unknown host"
+    return f"{host.get('cpu_model') or '?'}, {host['isa']}, {host.get('cpus')} CPUs"
+
+
 class Run:
     """A run folder and its manifest."""
 
@@ -287,7 +318,7 @@ class Run:
             "git": git_state(),
             "packages": package_versions(),
             "python": sys.version.split()[0],
-            "host": {"platform": platform.platform(), "cpus": os.cpu_count()},
+            "host": host_info(),
             "server": None,
         }
         existing = path / MANIFEST

