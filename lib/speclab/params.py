@@ -16,10 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import (
-    INSTANCE_SD,
     NGRAM_K,
     NGRAM_LOOKUP,
-    SPEC_MODE_OVERHEAD_MS,
     SUFFIX_K,
     Engine,
     SpecOption,
@@ -89,8 +87,9 @@ class BaselineParams(_ServerParams, SweepConfig):
     """01-baseline: the server as it runs today, swept by category and concurrency."""
 
     notebook: ClassVar[str] = "01-baseline"
-    predict_methods: list[Literal["ngram", "suffix"]] = Field(
-        ["ngram", "suffix"], min_length=1, description="options to predict from this baseline")
+    predict_methods: list[Literal["ngram", "ngram_gpu", "suffix"]] = Field(
+        ["ngram", "suffix"], min_length=1,
+        description="options to predict from this baseline (ngram_gpu: vLLM's GPU n-gram, which keeps async scheduling)")
     predict_k: int = Field(NGRAM_K, ge=1, le=16, description="n-gram k for the predictions")
     predict_suffix_k: int = Field(SUFFIX_K, ge=1, le=32, description="suffix k for the predictions")
     verify_cost: Literal["probe", "calibrate", "baseline_slope", "explicit"] = Field(
@@ -100,9 +99,10 @@ class BaselineParams(_ServerParams, SweepConfig):
     verify_per_token_s: float | None = Field(None, ge=0, description="explicit: seconds per extra verified token")
     verify_exponent: float = Field(1.0, gt=0, le=1.5, description="explicit: cost grows as tokens ** exponent")
     verify_cost_sd: float = Field(0.25, ge=0, le=2, description="explicit: how unsure the figures are (relative sd)")
-    spec_mode_overhead_ms: list[float] = Field(
-        SPEC_MODE_OVERHEAD_MS, min_length=2, max_length=2,
-        description="ms per step speculative mode itself costs, [low, high] (no probe sees it; calibrate measures it)")
+    spec_mode_overhead_ms: list[float] | None = Field(
+        None, min_length=2, max_length=2,
+        description="ms per step speculative mode itself costs, [low, high], where you know it (None: priced in "
+                    "measured, borrowed and assumed parts; calibrate measures it)")
     target_config: str | None = Field(
         None, description="probe: the served model's config.json, for the LM head's share where its rows are not measured (None: found if local)")
     calibration_per_category: int = Field(2, ge=1, description="calibrate: prompts per category (not the plan's)")
@@ -112,9 +112,10 @@ class BaselineParams(_ServerParams, SweepConfig):
     self_check_requests: int = Field(
         16, ge=0, le=256,
         description="bf16: rerun this many of the top level's requests at half its concurrency (0 = off)")
-    instance_sd: float = Field(
-        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
-        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+    instance_sd: float | None = Field(
+        None, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on "
+                    "two (None: the A/A spread measured for this host class, else speclab's default)")
     restart_minutes: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="minutes a restart takes your server away (external; embedded: measured when it starts)")
@@ -129,7 +130,7 @@ class BaselineParams(_ServerParams, SweepConfig):
                              "use 'baseline_slope' or 'explicit'")
         if self.verify_cost == "explicit" and self.verify_per_token_s is None:
             raise ValueError("verify_cost 'explicit' needs verify_per_token_s")
-        low, high = self.spec_mode_overhead_ms
+        low, high = self.spec_mode_overhead_ms or (0.0, 0.0)
         if not -1000 <= low <= high <= 1000:
             raise ValueError("spec_mode_overhead_ms must be [low, high] in ms with low <= high (low may be negative "
                              "where speculative mode speeds a step up)")
@@ -149,9 +150,10 @@ class SpecParams(_ServerParams):
     prompt_lookup_max: int | None = Field(NGRAM_LOOKUP[1], ge=1, description="ngram: longest n-gram matched")
     confidence: float = Field(0.95, gt=0.5, lt=1, description="bootstrap CI level")
     bootstrap_resamples: int = Field(2000, ge=100, description="bootstrap resamples")
-    instance_sd: float = Field(
-        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
-        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+    instance_sd: float | None = Field(
+        None, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on "
+                    "two (None: the A/A spread measured for this host class, else speclab's default)")
     spec_mode_overhead_from: str | None = Field(
         None, description="an earlier 02 run of another option on this server and dtype: the speculative-mode cost "
                           "its steps measured replaces the stated range in the predicted-vs-measured table")
@@ -215,9 +217,10 @@ class ReportParams(_NotebookParams):
     title: str = Field("Speculative decoding: what pays off on this server", description="report title")
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap_resamples: int = Field(2000, ge=100)
-    instance_sd: float = Field(
-        INSTANCE_SD, ge=0, le=0.5, allow_inf_nan=False,
-        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on two")
+    instance_sd: float | None = Field(
+        None, ge=0, le=0.5, allow_inf_nan=False,
+        description="one server instance's speed against another's (relative sd); widens intervals where arms ran on "
+                    "two (None: the A/A spread measured for this host class, else speclab's default)")
 
 
 

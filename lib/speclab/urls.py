@@ -9,8 +9,11 @@ dropped their acceptance numbers (docs/measurement.md section 4).
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
 import re
+import socket
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -251,3 +254,18 @@ _LOCAL_PATH = re.compile(r"(?<![\w/.~-])/(?:[\w.+@-]+/)+([\w.+@-]+)")
 def scrub_paths(text: str) -> str:
     """The text with absolute local paths cut to their last part (``…/smollm2-135m``)."""
     return _LOCAL_PATH.sub(lambda m: f"…/{m.group(1)}", str(text))
+
+
+def is_local_host(host: str) -> bool:
+    """Whether ``host`` names this machine (loopback, or its own name)."""
+    if host in ("localhost", ""):
+        return True
+    try:
+        address = ipaddress.ip_address(socket.gethostbyname(host))
+    except (OSError, ValueError):
+        return False
+    if address.is_loopback:
+        return True
+    with contextlib.suppress(OSError):
+        return host in (socket.gethostname(), socket.getfqdn())
+    return False

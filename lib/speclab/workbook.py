@@ -11,7 +11,7 @@ import pandas as pd
 from speclab.errors import SpeclabError
 from speclab.measure.calibration import CalibrationPrompts, calibration_prompts
 from speclab.measure.loadgen import SweepResult, check_before_sweep, measure_sweep
-from speclab.options import SpecOption, default_option
+from speclab.options import NGRAM_METHODS, SpecOption, default_option
 from speclab.params import BaselineParams, Eagle3Params, ProfileNotebookParams, SpecParams, _NotebookParams
 from speclab.predict.costmodel import CalibratedStepTime
 from speclab.profiling import ProfileParams, ProfileReport, analyse_profile
@@ -173,7 +173,7 @@ def measure_probe(live: LiveServer, params: BaselineParams, run: Run, *, progres
     above is kept, and the prediction falls back to the baseline's slope and says so."""
     from speclab.measure import probe
 
-    ks = [params.predict_k if m == "ngram" else params.predict_suffix_k for m in params.predict_methods]
+    ks = [params.predict_k if m in NGRAM_METHODS else params.predict_suffix_k for m in params.predict_methods]
     try:
         summary = probe.probe_live(live, run.path, batches=sorted(set(params.concurrency)), n_max=max(ks) + 1,
                                    api_key_env=params.api_key_env, target_config_path=params.target_config,
@@ -234,12 +234,44 @@ def verify_cost_model(params: BaselineParams, run: Run, *, progress: bool = Fals
         else:
             record["target_config_json"] = probe.get("target_config_json")
             record["probe"] = {k: v for k, v in probe.items() if k != "target_config_json"}
-    if params.verify_cost != "calibrate":  # calibrate measures it; every other source states a range
-        record["spec_mode_overhead_ms"] = list(params.spec_mode_overhead_ms)
+    if params.verify_cost != "calibrate":  # calibrate measures it; every other source prices it
+        record.update(mode_cost_inputs(params, run))
+    record.update(instance_sd_record(params, run))
     model = stepmodel.model_from_record(record, run.path)
     record["model"] = model.describe()
     write_json(run.path / COST_MODEL_JSON, record)
     return model
+
+
+def mode_cost_inputs(params: BaselineParams, run: Run) -> dict[str, Any]:
+    """What cost_model.json needs to price speculative mode's own cost: the range given
+    (``spec_mode_overhead_ms``), else the options to price in parts, with each option's proposer
+    timed now on this baseline's sequences (:func:`speclab.measure.proposer.time_proposers`)."""
+    if params.spec_mode_overhead_ms is not None:
+        return {"spec_mode_overhead_ms": list(params.spec_mode_overhead_ms)}
+    from speclab.measure.proposer import time_proposers
+    from speclab.urls import Endpoint, is_local_host
+
+    options = {o.method: int(o.num_speculative_tokens or 1)
+               for o in prediction_options(params.predict_methods, params.predict_k, params.predict_suffix_k)}
+    local = params.mode == "embedded" or (params.endpoint is not None and is_local_host(Endpoint.parse(params.endpoint).host))
+    time_proposers(run.path, list(options), sorted(set(options.values())), sorted(set(params.concurrency)),
+                   server_local=local)
+    return {"mode_cost_for": options}
+
+
+def instance_sd_record(params: BaselineParams, run: Run) -> dict[str, Any]:
+    """One server instance's speed spread for the prediction intervals, and its source: the
+    value given, else the A/A spread measured for this host class and dtype (embedded), else
+    speclab's cited default (:func:`speclab.predict.modecost.instance_spread`)."""
+    if params.instance_sd is not None:
+        return {"instance_sd": params.instance_sd, "instance_sd_source": "given (instance_sd)"}
+    from speclab.predict.modecost import instance_spread
+
+    data = load_run(run.path)
+    sd, source = instance_spread(data.manifest.get("host"), data.server.get("dtype") or params.dtype,
+                                 embedded=params.mode == "embedded")
+    return {"instance_sd": sd, "instance_sd_source": source}
 
 
 def measure_calibration(params: BaselineParams, run: Run, *, progress: bool = False) -> dict[str, Any]:
@@ -269,8 +301,8 @@ def prediction_options(methods: Sequence[str], ngram_k: int, suffix_k: int) -> l
     """The options 01-baseline predicts (the embedded defaults' lookup bounds for n-gram)."""
     options = []
     for method in methods:
-        if method == "ngram":
-            options.append(default_option("ngram", ngram_k))
+        if method in NGRAM_METHODS:
+            options.append(default_option(method, ngram_k))
         else:
             options.append(default_option(method, suffix_k))
     return options
@@ -278,9 +310,11 @@ def prediction_options(methods: Sequence[str], ngram_k: int, suffix_k: int) -> l
 
 def predictions_for_baseline(data: RunData, params: BaselineParams, model: CalibratedStepTime) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per option x category x concurrency; saved."""
+    from speclab.options import INSTANCE_SD
     from speclab.predict.predictions import predict_from_baseline
 
-    frames = [predict_from_baseline(data.path, option, model, instance_sd=params.instance_sd)
+    instance_sd = params.instance_sd if params.instance_sd is not None else model.instance_sd
+    frames = [predict_from_baseline(data.path, option, model, instance_sd=INSTANCE_SD if instance_sd is None else instance_sd)
               for option in prediction_options(params.predict_methods, params.predict_k,
                                                params.predict_suffix_k)]
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -289,28 +323,39 @@ def predictions_for_baseline(data: RunData, params: BaselineParams, model: Calib
     return table
 
 
-def prediction_parts(params: BaselineParams, predicted: pd.DataFrame) -> pd.DataFrame:
+def prediction_parts(params: BaselineParams, predicted: pd.DataFrame, model: CalibratedStepTime) -> pd.DataFrame:
     """Where 01 was given a 00-profile run of this server: each option's predicted speedup per
     concurrency as parts (tokens per step from acceptance, then each bucket's extra time, then
-    speculative mode's own cost), every part labelled measured, fitted, borrowed or assumed
-    (:func:`speclab.predict.stepparts.decompose_speedup`). Empty without a profile run."""
+    speculative mode's own cost, the sum of its labelled parts), every part labelled measured,
+    fitted, borrowed or assumed (:func:`speclab.predict.stepparts.decompose_speedup`). Empty
+    without a profile run."""
     if not params.profile_run or predicted.empty:
         return pd.DataFrame()
+    from dataclasses import replace
+
     from speclab.predict import stepparts
+    from speclab.predict.modecost import combined_label
 
     summary, scaling = stepparts.profile_tables(params.profile_run)
     profiled = Run.open(Path(params.profile_run)).manifest.get("params") or {}
     moe = "moe" in set(summary.get("bucket", pd.Series(dtype=str)).astype(str))
     forms = stepparts.fit_part_forms(stepparts.load_gpu_step(), "moe-30b-a3b" if moe else "dense-8b")
-    low, high = params.spec_mode_overhead_ms
-    model = stepparts.profile_parts_model(
+    base = stepparts.profile_parts_model(
         summary, scaling, speculative_profile=profiled.get("option", "baseline") != "baseline",
-        attention_draft_factor=stepparts.attention_draft_factor(forms), spec_overhead_ms=(low, high),
-        spec_overhead_source="spec_mode_overhead_ms (docs/predictor.md, 'Without a restart')")
+        attention_draft_factor=stepparts.attention_draft_factor(forms))
     frames = []
+    methods = {o.label: o.method for o in prediction_options(params.predict_methods, params.predict_k,
+                                                              params.predict_suffix_k)}
     for row in predicted[predicted["category"] == "all"].to_dict("records"):
+        method = methods.get(row["option"])
+        overhead, source = model.spec_mode_overhead_for(int(row["concurrency"]), method)
+        parts = model.mode_cost_parts(method, int(row["concurrency"])) if source == "parts" else []
+        low, high = (0.0, 0.0) if overhead is None else (overhead[0] * 1e3, overhead[1] * 1e3)
+        priced = replace(base, spec_overhead_ms=(low, high),
+                         spec_overhead_label=combined_label([p["label"] for p in parts]) if parts else "assumed",
+                         spec_overhead_source=row.get("mode_cost_parts") or source)
         frames.append(stepparts.decompose_speedup(
-            model, [row["concurrency"]], tokens_per_step=max(float(row["tokens_per_step"]), 1.0),
+            priced, [row["concurrency"]], tokens_per_step=max(float(row["tokens_per_step"]), 1.0),
             verified_tokens_per_seq=max(float(row["verified_tokens_per_seq"]), 1.0), acceptance_label="measured",
             acceptance_source="replayed over this baseline's greedy outputs").assign(option=row["option"]))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -10,9 +10,7 @@ command line from /proc.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from speclab.measure.metrics import parse_metrics, spec_decode_info
 from speclab.options import SpecOption
 from speclab.runfolder import ModelCard, ServerIdentity
 from speclab.runs import redact_argv
-from speclab.urls import Endpoint, strip_credentials
+from speclab.urls import Endpoint, is_local_host, strip_credentials
 
 
 def _get_json(client: httpx.Client, url: str, **params: Any) -> Any | None:
@@ -33,20 +31,6 @@ def _get_json(client: httpx.Client, url: str, **params: Any) -> Any | None:
         if response.status_code == 200:
             return response.json()
     return None
-
-
-def _is_local(host: str) -> bool:
-    if host in ("localhost", ""):
-        return True
-    try:
-        address = ipaddress.ip_address(socket.gethostbyname(host))
-    except (OSError, ValueError):
-        return False
-    if address.is_loopback:
-        return True
-    with contextlib.suppress(OSError):
-        return host in (socket.gethostname(), socket.getfqdn())
-    return False
 
 
 def _listening_inodes(port: int) -> set[str]:
@@ -148,7 +132,7 @@ def probe_server(
         _probe_metrics(client, ep, identity)
         _probe_vllm_server_info(client, ep, identity)
         _probe_sglang(client, ep, identity)
-    if transport is None and _is_local(ep.host):
+    if transport is None and is_local_host(ep.host):
         pid = find_listening_process(ep.port)
         if pid:
             identity.pid = pid

@@ -29,7 +29,8 @@ from speclab.predict.timings import (
     summary_levels,
 )
 
-__all__ = ["compare_predicted_measured", "compare_replay_with_server"]
+__all__ = ["AGREE", "CONFIDENTLY_WRONG", "UNCLEAR", "compare_predicted_measured", "compare_replay_with_server",
+           "measured_decode_interval", "verdict_agreement"]
 
 
 def compare_predicted_measured(
@@ -159,3 +160,45 @@ def compare_replay_with_server(
     out.attrs.update({"proposer_impl": replay.proposer_impl, "token_source": replay.token_source})
     return out
 
+
+
+def measured_decode_interval(baseline_run_dir: str | Path, spec_run_dir: str | Path, *, confidence: float = 0.9,
+                             resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per category x concurrency (+ ``all``): the measured decode speedup
+    (``TPOT_baseline / TPOT_spec``, as :func:`compare_predicted_measured` measures it) with a
+    paired bootstrap interval over the prompts both arms ran (the measurement's own noise,
+    not the instance's)."""
+    keys = ["concurrency", "repeat", "prompt_id"]
+    base = decode_requests(baseline_run_dir)[[*keys, "category", "decode_s", "decode_tokens"]]
+    spec = decode_requests(spec_run_dir)[[*keys, "decode_s", "decode_tokens"]]
+    pairs = base.merge(spec, on=keys, suffixes=("_base", "_spec"))
+    rng = np.random.default_rng(seed)
+    tail = (1.0 - confidence) / 2.0
+    rows = []
+    groups = [*pairs.groupby(["category", "concurrency"]), *((("all", c), g) for c, g in pairs.groupby("concurrency"))]
+    for (category, concurrency), cell in groups:
+        arrays = [cell[c].to_numpy(float) for c in ("decode_s_base", "decode_tokens_base", "decode_s_spec",
+                                                      "decode_tokens_spec")]
+        point = (arrays[0].sum() / arrays[1].sum()) / (arrays[2].sum() / arrays[3].sum())
+        idx = rng.integers(0, len(cell), (resamples, len(cell)))
+        draws = (arrays[0][idx].sum(1) / arrays[1][idx].sum(1)) / (arrays[2][idx].sum(1) / arrays[3][idx].sum(1))
+        low, high = np.quantile(draws, [tail, 1.0 - tail]) if len(cell) > 1 else (point, point)
+        rows.append({"category": str(category), "concurrency": int(concurrency), "pairs": len(cell),
+                     "measured_decode_speedup": float(point), "measured_low": float(low), "measured_high": float(high)})
+    return pd.DataFrame(rows)
+
+
+AGREE, UNCLEAR, CONFIDENTLY_WRONG = "agree", "unclear", "confidently wrong"
+
+
+def verdict_agreement(predicted_low: float | None, predicted_high: float | None, measured_low: float,
+                      measured_high: float) -> str:
+    """How a prediction's verdict fared: ``confidently wrong`` where its interval excludes 1 on
+    one side and the measurement's excludes it on the other; ``unclear`` where the prediction's
+    interval includes 1; else ``agree``."""
+    if predicted_low is None or predicted_high is None or (predicted_low <= 1.0 <= predicted_high):
+        return UNCLEAR
+    wins = predicted_low > 1.0
+    if (wins and measured_high < 1.0) or (not wins and measured_low > 1.0):
+        return CONFIDENTLY_WRONG
+    return AGREE

@@ -347,15 +347,39 @@ class CalibratedStepTime:
     # where it has the concurrency; ``spec_mode_overhead_origin`` names the run.
     spec_mode_overhead_by_concurrency: dict[int, tuple[float, float]] | None = None
     spec_mode_overhead_origin: str = ""
+    # Speculative mode's own cost in labelled parts (speclab.predict.modecost), per method and
+    # concurrency: each part a dict of name, low_ms, high_ms, label and source. Used where no
+    # range was given (``spec_mode_overhead_s``) and no speculative run measured it.
+    mode_costs: dict[str, dict[int, list[dict[str, Any]]]] = field(default_factory=dict)
+    # One server instance's speed against another's (a log-normal sd) and where it comes from;
+    # None: the caller's default.
+    instance_sd: float | None = None
+    instance_sd_source: str = ""
 
-    def spec_mode_overhead_for(self, concurrency: int) -> tuple[tuple[float, float] | None, str]:
-        """The speculative-mode range for one concurrency (seconds) and where it comes from:
-        measured by an earlier speculative run where it has the concurrency, else the stated range
-        (None for a calibrated model, whose fit measured its own)."""
+    def mode_cost_parts(self, method: str | None, concurrency: int) -> list[dict[str, Any]]:
+        """The labelled parts of speculative mode's cost for ``method`` at the nearest measured
+        concurrency (none where the model holds no parts for the method)."""
+        by_c = self.mode_costs.get(str(method)) if method else None
+        if not by_c:
+            return []
+        nearest = min(by_c, key=lambda c: (abs(math.log(max(c, 1) / max(concurrency, 1))), c))
+        return by_c[nearest]
+
+    def spec_mode_overhead_for(self, concurrency: int, method: str | None = None) -> tuple[tuple[float, float] | None, str]:
+        """Speculative mode's own cost for one concurrency (a range in seconds) and where it comes
+        from: measured by an earlier speculative run where it has the concurrency; else the range
+        given; else the sum of ``method``'s labelled parts; else None (a calibrated model, whose
+        fit measured its own)."""
+        has_range = self.spec_mode_overhead_s is not None or bool(self.mode_costs)
         measured = (self.spec_mode_overhead_by_concurrency or {}).get(int(concurrency))
-        if measured is not None and self.spec_mode_overhead_s is not None:  # calibrate's fit holds its own
+        if measured is not None and has_range:  # calibrate's fit holds its own
             return measured, f"measured in {self.spec_mode_overhead_origin}"
-        return self.spec_mode_overhead_s, "assumed"
+        if self.spec_mode_overhead_s is not None:
+            return self.spec_mode_overhead_s, "assumed"
+        parts = self.mode_cost_parts(method, concurrency)
+        if parts:
+            return (sum(float(p["low_ms"]) for p in parts) / 1e3, sum(float(p["high_ms"]) for p in parts) / 1e3), "parts"
+        return None, "assumed"
 
     def __post_init__(self) -> None:
         frame = self.baseline.groupby("batch", as_index=False)["step_s"].mean().sort_values("batch")
@@ -408,6 +432,9 @@ class CalibratedStepTime:
             "source": self.verify.source,
             "spec_mode_overhead_ms": (None if self.spec_mode_overhead_s is None
                                       else [round(v * 1e3, 3) for v in self.spec_mode_overhead_s]),
+            "mode_cost": {method: {str(c): parts for c, parts in by_c.items()}
+                          for method, by_c in self.mode_costs.items()},
+            "instance_sd": self.instance_sd, "instance_sd_source": self.instance_sd_source,
             "notes": list(self.notes),
             "fallbacks": list(self.fallbacks),
             "step_model": None if self.steps is None else {

@@ -48,6 +48,7 @@ __all__ = [
     "mode_cost_parts",
     "normalise_method",
     "overlap_status",
+    "combined_label",
     "embedded_parts",
     "host_measurement",
     "instance_spread",
@@ -376,6 +377,14 @@ _SHIPPED = "data/modecost/embedded.json"
 CPU_RESIDUAL_ASSUMED = (-0.16, 0.12)
 _CPU_RESIDUAL_SOURCE = ("assumed: -16 % to +12 % of a step, the span speculative mode's own cost read on the "
                         "embedded server's runs 17, 18 and the demo (AVX2 host, float32)")
+
+
+def combined_label(labels: Sequence[str]) -> Label:
+    """The weakest label among parts: assumed, else borrowed, else fitted, else measured."""
+    for label in ("assumed", "borrowed", "fitted"):
+        if label in labels:
+            return label
+    return "measured"
 
 
 def summarise_mode_cost(frame: pd.DataFrame) -> pd.DataFrame:

@@ -50,6 +50,7 @@ __all__ = [
     "PREDICTED_LOSS",
     "PREDICTED_UNCLEAR",
     "PREDICTED_WIN",
+    "mode_parts_text",
     "predict_from_baseline",
     "simulate_option_levels",
 ]
@@ -137,7 +138,7 @@ def predict_from_baseline(
     confidence: float = 0.9,
     resamples: int = 300,
     seed: int = 0,
-    instance_sd: float = INSTANCE_SD,
+    instance_sd: float | None = None,
     divergence_share: float | None = None,
 ) -> pd.DataFrame:
     """Predicted acceptance, tok/s and speedup per category x concurrency (+ ``all``).
@@ -169,6 +170,8 @@ def predict_from_baseline(
     replayed acceptance, so resampling it would answer another question (other prompts).
     """
     replay = replay or replay_option(baseline_requests(baseline_run_dir), option, max_model_len(baseline_run_dir))
+    if instance_sd is None:  # the spread the step model carries (this host class's A/A), else the default
+        instance_sd = cost_model.instance_sd if cost_model.instance_sd is not None else INSTANCE_SD
     timing = level_timings(baseline_run_dir)
     base = pool(timing, ["concurrency"]).set_index("concurrency")
     by_cat, by_all = _replay_frames(replay)
@@ -205,8 +208,9 @@ def predict_from_baseline(
                 speedup, spec_step = sim["speedup"], spec_step / factor
                 spec_batch = batch * sim["spec_batch"] / sim["baseline_batch"]
                 interval = _scaled_interval(interval, factor)
-            overhead, overhead_source = cost_model.spec_mode_overhead_for(int(c))
-            ranged = _overhead_range(speedup, spec_step, interval, overhead)
+            overhead, overhead_source = cost_model.spec_mode_overhead_for(int(c), option.method)
+            parts = cost_model.mode_cost_parts(option.method, int(c)) if overhead_source == "parts" else []
+            ranged = _overhead_range(speedup, spec_step, interval, overhead, parts)
             speedup, interval = ranged["speedup"], ranged["interval"]
             spec_step += ranged["overhead_s"]
             spec_for_break_even = base_step + cost_model.extra_s(batch, 1.0 + draft_fraction * k)
@@ -225,7 +229,14 @@ def predict_from_baseline(
                 **interval,
                 "break_even_overhead_ms": ranged["break_even_overhead_ms"],
                 "spec_mode_overhead_ms": ranged["range_text"]
-                + (f" ({overhead_source})" if overhead is not None and overhead_source != "assumed" else ""),
+                + (f" ({overhead_source})" if overhead is not None and overhead_source not in ("assumed", "parts")
+                   else " (in parts)" if overhead_source == "parts" else ""),
+                "spec_mode_low_ms": None if overhead is None else overhead[0] * 1e3,
+                "spec_mode_high_ms": None if overhead is None else overhead[1] * 1e3,
+                "mode_cost_parts": mode_parts_text(parts) if parts else (
+                    "measured in the calibration's fit" if overhead is None else f"a range ({overhead_source})"),
+                "widest_part": ranged.get("widest_part"),
+                "widest_part_break_even_ms": ranged.get("widest_part_break_even_ms"),
                 "verify_cost_source": cost_model.origin or cost_model.verify.source,
                 "dtype": dtype,
                 "predicted_interval_width_pct": (
@@ -369,8 +380,29 @@ def _divergence_share(run_dir: str | Path, dtype: str | None) -> float:
     return 1.0
 
 
+def mode_parts_text(parts: list[dict[str, Any]]) -> str:
+    """Speculative mode's labelled parts in one line (``proposer 0.01-0.02 ms (measured); ...``)."""
+    def span(p: dict[str, Any]) -> str:
+        lo, hi = float(p["low_ms"]), float(p["high_ms"])
+        text = f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f} to {hi:.2f}"
+        return f"{p['name'].replace('_', ' ')} {text} ms ({p['label']})"
+
+    return "; ".join(span(p) for p in parts)
+
+
+def _widest(parts: list[dict[str, Any]], break_even_ms: float) -> dict[str, Any]:
+    """The part with the widest range, and the cost it may reach before the option stops winning,
+    the other parts at the middle of their ranges."""
+    if not parts:
+        return {}
+    widest = max(parts, key=lambda p: float(p["high_ms"]) - float(p["low_ms"]))
+    others = sum((float(p["low_ms"]) + float(p["high_ms"])) / 2.0 for p in parts if p is not widest)
+    return {"widest_part": str(widest["name"]), "widest_part_break_even_ms": break_even_ms - others}
+
+
 def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
-                    overhead_s: tuple[float, float] | None) -> dict[str, Any]:
+                    overhead_s: tuple[float, float] | None,
+                    parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The prediction with the engine's own cost of speculative mode, which no probe sees, as a
     range of seconds per speculative step: the point at its middle, the interval from the
     dearest end's low to the cheapest end's high, "predicted to win" only where even the
@@ -396,13 +428,18 @@ def _overhead_range(speedup: float, spec_step: float, interval: dict[str, Any],
     elif ranged["predicted_speedup_high"] < 1.0:
         verdict = PREDICTED_LOSS
     elif low_o <= break_even <= high_o:
-        verdict = (f"{PREDICTED_UNCLEAR}: wins unless speculative mode costs more than {break_even * 1e3:.1f} ms "
-                   f"a step (range {text})")
+        widest = _widest(parts or [], break_even * 1e3)
+        if widest and len(parts or []) > 1:
+            verdict = (f"{PREDICTED_UNCLEAR}: wins unless its {widest['widest_part'].replace('_', ' ')} costs more "
+                       f"than {widest['widest_part_break_even_ms']:.1f} ms a step (speculative mode {text} in all)")
+        else:
+            verdict = (f"{PREDICTED_UNCLEAR}: wins unless speculative mode costs more than {break_even * 1e3:.1f} ms "
+                       f"a step (range {text})")
     else:
         verdict = f"{PREDICTED_UNCLEAR}: the interval includes 1 (speculative mode {text} a step)"
     return {"speedup": speedup * at(mid), "overhead_s": mid,
             "interval": {**ranged, "predicted_verdict": verdict},
-            "break_even_overhead_ms": break_even * 1e3, "range_text": text}
+            "break_even_overhead_ms": break_even * 1e3, "range_text": text, **_widest(parts or [], break_even * 1e3)}
 
 
 def _scaled_interval(interval: dict[str, Any], factor: float) -> dict[str, Any]:

@@ -477,13 +477,21 @@ def replay_suffix(
 def replay_option(
     requests: pd.DataFrame, option: SpecOption, max_model_len: int = DEFAULT_MAX_MODEL_LEN
 ) -> ReplayResult:
-    """Replay ``option`` (ngram or suffix) over baseline requests."""
+    """Replay ``option`` (ngram, ngram_gpu or suffix) over baseline requests. ``ngram_gpu`` is
+    replayed with the CPU proposer's lookup (the same keys; vLLM's GPU kernel takes the earliest
+    match where the CPU one may take another, so its drafts can differ: said in the notes)."""
     if option.method == "ngram":
         return replay_ngram(requests, option, max_model_len)
+    if option.method == "ngram_gpu":
+        result = replay_ngram(requests, option.model_copy(update={"method": "ngram"}), max_model_len)
+        result.option = option
+        result.notes.append("ngram_gpu replayed with vLLM's CPU n-gram lookup: the GPU kernel matches the earliest "
+                            "occurrence of the longest n-gram and may draft other tokens (assumed equal acceptance)")
+        return result
     if option.method == "suffix":
         return replay_suffix(requests, option, max_model_len)
     raise SpeclabError(
-        f"Replay covers the model-free proposers (ngram, suffix), not {option.method!r}; "
+        f"Replay covers the model-free proposers (ngram, ngram_gpu, suffix), not {option.method!r}; "
         "a drafter model's acceptance has to be measured."
     )
 

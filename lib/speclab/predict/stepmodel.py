@@ -21,6 +21,7 @@ Analysis layer: it reads run folders only.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +117,7 @@ def with_baseline_steps(cost_model: CalibratedStepTime, baseline_run_dir: str | 
             cost_model.fallbacks.append(note)
             cost_model.notes.append(note)
         return cost_model
-    return CalibratedStepTime(cost_model.baseline, cost.speculative, points=cost_model.points,
-                              notes=list(cost_model.notes), fallbacks=list(cost_model.fallbacks), steps=cost, step_data=joined,
-                              verify_draws=cost_model.verify_draws, spec_mode_overhead_s=cost_model.spec_mode_overhead_s,
-                              origin=cost_model.origin,
-                              spec_mode_overhead_by_concurrency=cost_model.spec_mode_overhead_by_concurrency,
-                              spec_mode_overhead_origin=cost_model.spec_mode_overhead_origin)
+    return replace(cost_model, verify=cost.speculative, steps=cost, step_data=joined)
 
 
 def baseline_step_model(baseline_run_dir: str | Path, verify: VerifyCost, *, note: str | None = None,
@@ -209,7 +205,60 @@ def model_from_record(record: Mapping[str, Any], baseline_dir: str | Path) -> Ca
     overhead = record.get("spec_mode_overhead_ms")
     if overhead:
         model.spec_mode_overhead_s = (float(overhead[0]) / 1e3, float(overhead[1]) / 1e3)
+    elif record.get("mode_cost_for"):
+        model.mode_costs, notes = mode_costs_for_run(baseline_dir, record["mode_cost_for"])
+        model.notes += notes
+    sd = record.get("instance_sd")
+    if sd is not None:
+        model.instance_sd, model.instance_sd_source = float(sd), str(record.get("instance_sd_source") or "")
     return model
+
+
+def mode_costs_for_run(baseline_dir: str | Path, options: Mapping[str, int]) -> tuple[
+        dict[str, dict[int, list[dict[str, Any]]]], list[str]]:
+    """Speculative mode's own cost in labelled parts (:mod:`speclab.predict.modecost`) for each
+    option (method -> k) at each concurrency the baseline measured, from what the run folder
+    knows before any restart: the server's engine and version, whether it is the embedded CPU
+    engine, the host class and dtype (its manifest), the proposers timed on its sequences
+    (``proposer.json``) and the baseline's own step at each concurrency. Fractions of a step
+    become ms at that concurrency's step. Also the notes saying what the parts could not place."""
+    from speclab.predict import modecost
+    from speclab.runfolder import PROPOSER_JSON
+    from speclab.runs import MANIFEST
+
+    manifest = read_json(Path(baseline_dir) / MANIFEST)
+    server = manifest.get("server") or {}
+    params = manifest.get("params") or {}
+    proposer_path = Path(baseline_dir) / PROPOSER_JSON
+    proposer = read_json(proposer_path) if proposer_path.exists() else None
+    embedded = params.get("mode") == "embedded" or "cpu" in str(server.get("version") or "").lower()
+    steps = level_timings(baseline_dir).groupby("concurrency").apply(
+        lambda g: float(g["decode_s"].sum() / g["decode_tokens"].sum()), include_groups=False)
+    out: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    notes: list[str] = []
+    for method, k in options.items():
+        for c, step_s in steps.items():
+            step_ms = 1e3 * float(step_s)
+            if embedded:
+                cost = modecost.embedded_parts(method, int(k), float(c), step_ms, proposer=proposer,
+                                               host=manifest.get("host"), dtype=server.get("dtype"))
+            else:
+                cost = modecost.mode_cost_parts(str(server.get("engine") or "unknown"), server.get("version"), method,
+                                                concurrency=float(c))
+                if cost.refusal:
+                    notes.append(f"speculative mode's cost for {method}: {cost.refusal} It is taken as 0 to 20 % of a "
+                                 "step (assumed).")
+                    cost = modecost.ModeCost([modecost.ModeCostPart(
+                        "unknown_engine", 0.0, 0.20, "fraction", "assumed", cost.refusal)])
+                measured = modecost.embedded_parts(method, int(k), float(c), step_ms, proposer=proposer, host=None,
+                                                   dtype=None, measurements=[]).parts[0]
+                if measured.label == "measured":  # the proposer timed here beats the table's assumption
+                    cost.parts = [measured if p.name == "proposer" else p for p in cost.parts]
+            out.setdefault(method, {})[int(c)] = [
+                {"name": p.name, "low_ms": round(p.ms(step_ms)[0], 4), "high_ms": round(p.ms(step_ms)[1], 4),
+                 "label": p.label, "source": p.source} for p in cost.parts]
+            notes += [n for n in cost.unknown if n not in notes]
+    return out, notes
 
 
 def load_cost_model(baseline_dir: str | Path) -> CalibratedStepTime | None:

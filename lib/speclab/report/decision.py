@@ -187,27 +187,34 @@ def _predicted_before(bundle: ReportBundle, option: RunData) -> tuple[pd.DataFra
         return empty, f"{option.arm}: predicted offline by its own notebook (see its section), not by the baseline"
     try:
         pvm = tables.predicted_vs_measured(bundle.baseline, option)
-    except (SpeclabError, KeyError, ValueError) as exc:
-        return empty, f"no prediction: {exc}"
+    except SpeclabError as exc:
+        return empty, f"no prediction: {exc.message}"
     pvm = pvm[pvm["category"] == "all"]
     if pvm.empty:
         return empty, "no prediction for this option"
     label = str(pvm["option"].iloc[0])
     saved = tables.read_predictions(bundle.baseline)
     before = saved[(saved["option"] == label) & (saved["category"] == "all")] if saved is not None else None
-    error = pvm[["concurrency", "error_pct"]].rename(columns={"error_pct": "prediction_error_pct"})
+    # the error is computed from these two, which the record shows beside it
+    error = pvm[["concurrency", "predicted_speedup", "measured_speedup", "error_pct"]].rename(columns={
+        "predicted_speedup": "predicted_decode_speedup_at_measured_mix",
+        "measured_speedup": "measured_decode_speedup", "error_pct": "prediction_error_pct"})
     if before is not None and not before.empty:
         keep = [c for c in ("concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
-                            "acceptance_rate") if c in before]  # the interval where the predictor gives one
+                            "acceptance_rate", "spec_mode_overhead_ms", "widest_part", "widest_part_break_even_ms")
+                if c in before]  # the interval where the predictor gives one, and speculative mode's parts
         frame = before[keep].rename(
             columns={"acceptance_rate": "predicted_acceptance_rate"}).merge(error, on="concurrency", how="left")
-        note = (f"Predicted by the baseline run before any restart ({label}); the error compares the decode "
-                "speedup (TPOT) predicted at the option's measured batch mix with the measured one.")
+        note = (f"Predicted by the baseline run before any restart ({label}). The error compares the decode speedup "
+                "(TPOT) predicted at the batch mix the option really ran with (predicted_decode_speedup_at_measured_mix) "
+                "with the measured decode speedup; both are shown beside it. Speculative mode's own cost is the sum "
+                "of its labelled parts (01's mode-cost table); widest_part_break_even_ms is what its widest part may "
+                "cost before the option stops winning.")
     else:
-        frame = pvm[["concurrency", "predicted_speedup", "predicted_acceptance_rate"]].merge(
-            error, on="concurrency", how="left")
+        frame = error.merge(pvm[["concurrency", "predicted_acceptance_rate"]], on="concurrency", how="left")
         note = (f"The baseline saved no prediction for {label}; shown: the baseline's replay + cost model "
-                f"at the option's measured batch mix ({pvm['cost_model_fit'].iloc[0]}).")
+                f"at the option's measured batch mix ({pvm['cost_model_fit'].iloc[0]}), and the measured decode "
+                "speedup the error compares it with.")
     return frame, note
 
 
@@ -257,7 +264,8 @@ def decision_records(bundle: ReportBundle, found: list[Caveat] | None = None) ->
             order = ["concurrency", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
                      "speedup", "ci_low", "ci_high", "verdict",
                      "predicted_acceptance_rate", "measured_acceptance_rate", "mean_acceptance_length",
-                     "prediction_error_pct", "in_flight"]
+                     "predicted_decode_speedup_at_measured_mix", "measured_decode_speedup", "prediction_error_pct",
+                     "spec_mode_overhead_ms", "widest_part", "widest_part_break_even_ms", "in_flight"]
             measured = measured[[c for c in order if c in measured]]
         payback = measured_payback(bundle, option)
         mine_or_all = (option.label, bundle.baseline.label)

@@ -6,6 +6,7 @@ data; nothing starts a server or measures, so 05-report can use it on folders al
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pandas as pd
 
 from speclab.errors import SpeclabError
 from speclab.predict.costmodel import CalibratedStepTime
+from speclab.predict.predictions import mode_parts_text
 from speclab.predict.stepmodel import learn_overhead, load_cost_model
 from speclab.report.caveats import load_shortfalls
 from speclab.runfolder import PREDICTIONS_PARQUET, RunData, ServerIdentity
@@ -26,6 +28,7 @@ __all__ = [
     "identity_table",
     "instance_spread",
     "levels_table",
+    "mode_cost_table",
     "mark_load",
     "own_steps_table",
     "payback_table",
@@ -139,11 +142,20 @@ def mark_load(frame: pd.DataFrame, runs: list[RunData]) -> pd.DataFrame:
     return marked
 
 
-def instance_spread(baseline: RunData, option: RunData, instance_sd: float) -> float:
-    """``instance_sd`` where the two arms ran on different server instances (always across a
-    restart; one process id recorded for both means one instance), else 0."""
+def instance_spread(baseline: RunData, option: RunData, instance_sd: float | None) -> float:
+    """One server instance's speed spread where the two arms ran on different instances (always
+    across a restart; one process id recorded for both means one instance), else 0:
+    ``instance_sd`` when given, else the A/A spread measured for the baseline's host class and
+    dtype (:func:`speclab.predict.modecost.instance_spread`)."""
     a, b = baseline.server or {}, option.server or {}
-    return 0.0 if a.get("pid") is not None and a.get("pid") == b.get("pid") else instance_sd
+    if a.get("pid") is not None and a.get("pid") == b.get("pid"):
+        return 0.0
+    if instance_sd is not None:
+        return instance_sd
+    from speclab.predict.modecost import instance_spread as measured
+
+    embedded = (baseline.manifest.get("params") or {}).get("mode") == "embedded"
+    return measured(baseline.manifest.get("host"), a.get("dtype"), embedded=embedded)[0]
 
 
 # --------------------------------------------------------------------------- predictions
@@ -157,11 +169,16 @@ def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
     steps = ", ".join(f"{b:.1f} seq: {ms:.1f} ms"
                       for b, ms in zip(d["baseline_batches"], d["baseline_step_ms"], strict=True))
     overhead = d.get("spec_mode_overhead_ms")
+    if overhead:
+        mode = f"{overhead[0]:g}-{overhead[1]:g} ms (the range given; the prediction holds across it or says unclear)"
+    elif model.mode_costs:
+        mode = ("in labelled parts per option and concurrency (the mode-cost table): measured where this host "
+                "could time it, borrowed from the engine's source or a publication, else assumed")
+    else:
+        mode = "measured by the calibration run (in the fixed cost below)"
     rows = [
         ("verify cost from", f"{model.origin}: {d['source']}" if model.origin else d["source"]),
-        ("speculative mode's own cost per step (no probe sees it)",
-         f"{overhead[0]:g}-{overhead[1]:g} ms (a stated range; the prediction holds across it or says unclear)"
-         if overhead else "measured by the calibration run (in the fixed cost below)"),
+        ("speculative mode's own cost per step (no probe sees it)", mode),
         ("fixed cost per speculative step", f"{d['overhead_ms']:.2f} ms"),
         ("first extra verified token in a step", f"{d['per_verified_token_ms']:.2f} ms"),
         ("exponent (tokens in a step)", f"{d['exponent']:.2f}"),
@@ -181,8 +198,29 @@ def verify_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
                                               f"+{step['per_prefill_token_ms']:.3f} ms per prompt token"),
             ("engine steps the model was fitted on", f"{step['steps_fitted']:,}"),
         ]
+    if model.instance_sd is not None:
+        rows.append(("one server instance against another (relative sd, in every interval)",
+                     f"{100 * model.instance_sd:.1f} % ({model.instance_sd_source})"))
     rows += [("note", note) for note in model.notes]
     return pd.DataFrame(rows, columns=["field", "value"])
+
+
+def mode_cost_table(model: CalibratedStepTime) -> pd.DataFrame:
+    """Speculative mode's own cost in its labelled parts, per option and concurrency
+    (:mod:`speclab.predict.modecost`): each part's range in ms a step, its label and its source,
+    and the total the prediction carries. Empty where the model holds no parts (a range was
+    given, or calibrate measured the cost)."""
+    rows = []
+    for method, by_c in model.mode_costs.items():
+        for c, parts in sorted(by_c.items()):
+            for part in parts:
+                rows.append({"option": method, "concurrency": c, "part": str(part["name"]).replace("_", " "),
+                             "low_ms": part["low_ms"], "high_ms": part["high_ms"], "label": part["label"],
+                             "source": scrub_paths(str(part["source"]))})
+            rows.append({"option": method, "concurrency": c, "part": "total",
+                         "low_ms": sum(float(p["low_ms"]) for p in parts),
+                         "high_ms": sum(float(p["high_ms"]) for p in parts), "label": "", "source": ""})
+    return pd.DataFrame(rows)
 
 
 def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
@@ -192,6 +230,7 @@ def prediction_summary(predicted: pd.DataFrame) -> pd.DataFrame:
     cols = ["option", "concurrency", "acceptance_rate", "mean_acceptance_length", "baseline_tok_s",
             "predicted_tok_s", "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high",
             "predicted_interval_width_pct", "predicted_verdict", "break_even_overhead_ms",
+            "spec_mode_overhead_ms", "widest_part", "widest_part_break_even_ms",
             "break_even_acceptance_length", "verify_cost_source", "dtype", "loses"]
     return predicted[predicted["category"] == "all"][[c for c in cols if c in predicted]].reset_index(drop=True)
 
@@ -250,28 +289,56 @@ def own_steps_table(baseline: RunData, option: RunData) -> pd.DataFrame:
                                   "per_category or rounds.")
         return parts
     model = load_cost_model(baseline.path)
-    assumed = model.spec_mode_overhead_s if model is not None else None
+    method = option.arm
+    sd = model.instance_sd if model is not None and model.instance_sd is not None else None
+    sd = instance_spread(baseline, option, sd)
+    predicted: list[tuple[float, float] | None] = []
     if model is not None:
         parts["predicted_draft_token_ms"] = [model.verify.token_price_s(d, c) * 1e3 for c, d in
                                              zip(parts["concurrency"], parts["draft_tokens_mean"], strict=True)]
         parts["verify_cost_source"] = model.origin or model.verify.source
-    parts["assumed_spec_mode_ms"] = (f"{assumed[0] * 1e3:g} to {assumed[1] * 1e3:g}" if assumed
-                                     else "measured (calibrate)" if model is not None else "none saved")
+        for c in parts["concurrency"]:
+            rng, _ = model.spec_mode_overhead_for(int(c), method)
+            predicted.append(None if rng is None else (rng[0] * 1e3, rng[1] * 1e3))
+        parts["predicted_spec_mode_ms"] = [("in the fit (calibrate)" if r is None else f"{r[0]:.1f} to {r[1]:.1f}")
+                                           for r in predicted]
+        parts["predicted_mode_parts"] = [
+            mode_parts_text(model.mode_cost_parts(method, int(c))) if model.mode_costs else "a range given"
+            for c in parts["concurrency"]]
+    else:
+        parts["predicted_spec_mode_ms"] = "none saved"
+    # two instances of one server differ by about sqrt(2) x instance_sd of a step (2 sd either way)
+    parts["instance_band_ms"] = [2.0 * math.sqrt(2.0) * sd * step for step in parts["baseline_step_ms"]]
+    verdicts = []
+    for i, r in enumerate(parts.itertuples()):
+        misses = []
+        price_ok = not (r.draft_token_ms == r.draft_token_ms) or "predicted_draft_token_ms" not in parts \
+            or abs(r.draft_token_ms - r.predicted_draft_token_ms) <= max(0.15 * r.predicted_draft_token_ms,
+                                                                           2 * r.draft_token_se_ms)
+        if not price_ok:
+            misses.append("a draft token's price")
+        rng = predicted[i] if i < len(predicted) else None
+        if rng is not None:
+            lo, hi = rng[0] - 2 * r.spec_mode_cost_se_ms, rng[1] + 2 * r.spec_mode_cost_se_ms
+            if not lo <= r.spec_mode_cost_ms <= hi:
+                band = r.instance_band_ms
+                misses.append("the instance spread" if lo - band <= r.spec_mode_cost_ms <= hi + band
+                              else "speculative mode's cost")
+        verdicts.append(", ".join(misses) if misses else "none: each part within its prediction")
+    parts["part_that_missed"] = verdicts
     low, high = overhead_range(parts) or (float("nan"), float("nan"))
     cost = ", ".join(f"{r.spec_mode_cost_ms:+.1f} ms at c={int(r.concurrency)}" for r in parts.itertuples())
     price = ", ".join(f"{r.draft_token_ms:.2f} ms" if r.draft_token_ms == r.draft_token_ms else "no draft"
                       for r in parts.itertuples())
     reading = (f"Speculative mode itself cost {cost} a step beside the baseline's steps (this includes any "
-               f"difference between the two server instances); a verified draft token cost {price}")
+               f"difference between the two server instances, about ±{parts['instance_band_ms'].max():.1f} ms here); "
+               f"a verified draft token cost {price}")
     if "predicted_draft_token_ms" in parts:
         reading += (" against the prediction's " + ", ".join(f"{r.predicted_draft_token_ms:.2f}"
                                                              for r in parts.itertuples()) + " ms")
-    if assumed:
-        outside = [int(r.concurrency) for r in parts.itertuples()  # beyond two standard errors of the range
-                   if r.spec_mode_cost_ms + 2 * r.spec_mode_cost_se_ms < assumed[0] * 1e3
-                   or r.spec_mode_cost_ms - 2 * r.spec_mode_cost_se_ms > assumed[1] * 1e3]
-        reading += (f". The prediction assumed {assumed[0] * 1e3:g} to {assumed[1] * 1e3:g} ms"
-                    + (f", which missed the measured cost at c={', '.join(map(str, outside))}" if outside else ""))
+    missed = sorted({m for v in verdicts for m in v.split(", ") if not v.startswith("none")})
+    reading += (f". What the prediction got wrong: {', '.join(missed)} (per concurrency in part_that_missed)"
+                if missed else ". Every part fell within its prediction (two standard errors)")
     reading += (f". To predict another option of this engine on this server and dtype, give spec_mode_overhead_ms: "
                 f"[{low:g}, {high:g}] (these costs +- 2 standard errors); another host or engine must measure its own.")
     parts.attrs["reading"] = reading
