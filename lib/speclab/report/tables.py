@@ -312,7 +312,7 @@ def own_steps_table(baseline: RunData, option: RunData) -> pd.DataFrame:
     verdicts = []
     for i, r in enumerate(parts.itertuples()):
         misses = []
-        price_ok = not (r.draft_token_ms == r.draft_token_ms) or "predicted_draft_token_ms" not in parts \
+        price_ok = math.isnan(r.draft_token_ms) or "predicted_draft_token_ms" not in parts \
             or abs(r.draft_token_ms - r.predicted_draft_token_ms) <= max(0.15 * r.predicted_draft_token_ms,
                                                                            2 * r.draft_token_se_ms)
         if not price_ok:
