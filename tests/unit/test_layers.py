@@ -19,7 +19,7 @@ LAYERS: dict[str, set[str]] = {
                    "runfolder", "sections", "sweep", "auth", "outcome", "eagle3.corpus", "measure.progress",
                    "moe", "traffic", "eagle3", "predict", "measure", "serve", "report"},
     "analysis": {"predict.replay", "predict.ngram_fast", "predict.costmodel", "predict.steptrace",
-                 "predict.levelsim", "predict.predictions", "predict.compare", "predict.stepparts", "predict.ownsteps", "report.findings",
+                 "predict.levelsim", "predict.predictions", "predict.compare", "predict.stepparts", "predict.ownsteps", "predict.modecost", "report.findings",
                  "profiling", "profiling.trace", "profiling.buckets", "profiling.analysis",
                  "profiling.plots", "profiling.hta", "eagle3.match", "eagle3.plan",
                  "moe.models", "moe.seeds", "moe.traces", "moe.plots", "predict.probefit", "traffic.logs",

@@ -1,0 +1,85 @@
+"""Speculative mode's own cost: the table of engines, versions and methods, and its parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from speclab.predict.modecost import (
+    OVERLAP_LOST_FRACTION,
+    PIPELINE_ROUND_FRACTION,
+    mode_cost_parts,
+    normalise_method,
+    overlap_status,
+)
+
+
+def test_vllm_032_keeps_async_for_model_drafters_and_drops_it_for_cpu_proposers() -> None:
+    for method in ("eagle", "eagle3", "mtp", "ngram_gpu", "draft_model", "dspark", "dflash", "deepseek_mtp"):
+        assert overlap_status("vllm", "0.32.0", method).status == "kept", method
+    for method in ("ngram", "suffix"):
+        status = overlap_status("vllm", "0.32", method)
+        assert status.status == "lost"
+        assert "VllmConfig.__post_init__" in status.source
+
+
+def test_sglang_056_drops_overlap_and_later_main_keeps_it() -> None:
+    assert overlap_status("sglang", "0.5.6", "eagle3").status == "lost"
+    assert overlap_status("sglang", "0.5.6", "NGRAM").status == "lost"
+    assert overlap_status("sglang", "0.5.9", "eagle").status == "unknown"
+    assert overlap_status("sglang", "0.6.0", "mtp").status == "kept"
+
+
+def test_unknown_version_engine_and_method() -> None:
+    assert overlap_status("vllm", None, "mtp").status == "unknown"
+    assert overlap_status("vllm", "rocm nightly-a8d1aa9", "dspark").status == "unknown"
+    cost = mode_cost_parts("slimserve", "c67d245", "mtp")
+    assert cost.refusal is not None and "slimserve" in cost.refusal and not cost.parts
+    cost = mode_cost_parts("trtllm", None, "eagle3")
+    assert cost.refusal is not None and "eagle3" in cost.refusal
+
+
+def test_version_not_given_spans_kept_and_lost() -> None:
+    cost = mode_cost_parts("vllm", None, "ngram")
+    lost = next(p for p in cost.parts if p.name == "async_scheduling_lost")
+    assert (lost.low, lost.high, lost.label) == (0.0, OVERLAP_LOST_FRACTION[1], "assumed")
+    assert cost.unknown and "unknown" in cost.unknown[0]
+
+
+def test_parts_in_ms_and_fraction() -> None:
+    cost = mode_cost_parts("vllm", "0.32", "ngram")
+    names = [p.name for p in cost.parts]
+    assert names == ["async_scheduling_lost", "proposer"]
+    low, high = cost.ms(baseline_step_ms=10.0)
+    assert low == pytest.approx(OVERLAP_LOST_FRACTION[0] * 10 + 0.05)
+    assert high == pytest.approx(OVERLAP_LOST_FRACTION[1] * 10 + 0.5)
+    assert mode_cost_parts("vllm", "0.32", "eagle3").ms(10.0) == (0.0, 0.0)
+
+
+def test_trtllm_ngram_is_up_to_15_percent_of_the_iteration() -> None:
+    cost = mode_cost_parts("trtllm", None, "ngram")
+    proposer = next(p for p in cost.parts if p.name == "proposer")
+    assert proposer.ms(20.0) == pytest.approx((0.0, 3.0))
+
+
+def test_dynamic_schedule_and_pipeline_parts() -> None:
+    cost = mode_cost_parts("vllm", "0.32", "mtp", per_batch_schedule=True, concurrency=189)
+    parts = {p.name: p for p in cost.parts}
+    assert parts["cuda_graph_mode"].low == pytest.approx(0.163, abs=1e-3)
+    assert parts["dynamic_schedule"].high == pytest.approx(0.2158 - 0.1628, abs=1e-3)
+    pp = mode_cost_parts("vllm", None, "mtp", pipeline_parallel=4)
+    parts = {p.name: p for p in pp.parts}
+    assert parts["pipeline_round"].ms(16.3)[0] == pytest.approx(25.0 - 16.3)
+    assert round(PIPELINE_ROUND_FRACTION, 3) == 0.534
+    # async scheduling is off in both arms under PP on vLLM's V1 runner: nothing lost, nothing unknown
+    assert parts["async_scheduling_lost"].high == 0.0 and not pp.unknown
+
+
+def test_stated_overlap_overrides_the_table() -> None:
+    both_off = mode_cost_parts("sglang", None, "mtp", baseline_overlap=False, option_overlap=False)
+    assert both_off.ms(50.0) == (0.0, 0.0) and not both_off.unknown
+
+
+def test_normalise_method() -> None:
+    assert normalise_method("NEXTN") == "mtp"
+    assert normalise_method("qwen3_5_mtp") == "mtp"
+    assert normalise_method("STANDALONE") == "draft_model"
