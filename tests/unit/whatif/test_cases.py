@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from speclab.whatif import cases
-from speclab.whatif.cases import Cell, CaseResult, score
+from speclab.whatif.cases import CaseResult, Cell, score
 
 LLAMA_8B = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
             "num_key_value_heads": 8, "vocab_size": 128256}
