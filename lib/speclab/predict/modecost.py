@@ -286,7 +286,7 @@ _RESIDUAL_SOURCE = ("what published speculative servers pay beyond named parts: 
 def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_schedule: bool = False,
                     pipeline_parallel: int = 1, concurrency: float | None = None,
                     baseline_overlap: bool | None = None, option_overlap: bool | None = None,
-                    residual: bool = True) -> ModeCost:
+                    residual: bool = False) -> ModeCost:
     """The GPU-side parts of speculative mode's own cost for one deployment.
 
     ``per_batch_schedule``: vLLM's ``num_speculative_tokens_per_batch_size`` is set (its K=0 tax
@@ -296,7 +296,8 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
 
     Parts with ``unit == "fraction"`` are fractions of the baseline's decode step
     (:meth:`ModeCostPart.ms`). ``residual``: add the assumed 0-20 % of a step no named part
-    explains (leave it out where a measured residual takes its place). A model-based drafter's
+    explains (off by default; the what-if turns it on; leave it off where a measured residual
+    takes its place). A model-based drafter's
     GPU time is not here: it is the step model's (``speclab.whatif.step``).
     """
     eng, meth = engine.strip().lower(), normalise_method(method)

@@ -167,8 +167,10 @@ def missing(scenario: Scenario) -> str | None:
         return "hardware.gpu is not given."
     if not scenario.model.config:
         return "model.config (the model's config.json keys) is not given."
-    if scenario.hardware.count > 1 and not scenario.hardware.interconnect:
-        return f"hardware.interconnect is not given for {scenario.hardware.count} GPUs."
+    par = scenario.parallel
+    if (par.tensor > 1 or par.pipeline > 1) and not scenario.hardware.interconnect:
+        return (f"hardware.interconnect is not given, and tensor {par.tensor} x pipeline {par.pipeline} "
+                "needs one between the GPUs.")
     return None
 
 

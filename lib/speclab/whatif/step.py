@@ -170,7 +170,7 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
     mode = mode_cost_parts(scenario.engine.name, scenario.engine.version, method,
                            per_batch_schedule=opt.per_batch_schedule, pipeline_parallel=par.pipeline,
                            baseline_overlap=overlap.baseline if overlap else None,
-                           option_overlap=overlap.option if overlap else None)
+                           option_overlap=overlap.option if overlap else None, residual=True)
     if mode.refusal:
         raise Refusal(mode.refusal)
     if mode.unknown and strict_version:
@@ -455,7 +455,7 @@ def _mode_ms(dep: Deployment, v: Mapping[str, Any], baseline_ms: Any, concurrenc
         mode = mode_cost_parts(str(dep.scenario.engine.name), dep.scenario.engine.version, dep.method,
                                per_batch_schedule=True, pipeline_parallel=dep.scenario.parallel.pipeline,
                                concurrency=concurrency, baseline_overlap=overlap.baseline if overlap else None,
-                               option_overlap=overlap.option if overlap else None)
+                               option_overlap=overlap.option if overlap else None, residual=True)
     u = np.asarray(v["mode_share"], float)
     total: Any = 0.0
     for part in mode.parts:

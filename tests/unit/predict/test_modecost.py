@@ -46,18 +46,18 @@ def test_version_not_given_spans_kept_and_lost() -> None:
 
 
 def test_parts_in_ms_and_fraction() -> None:
-    cost = mode_cost_parts("vllm", "0.32", "ngram", residual=False)
+    cost = mode_cost_parts("vllm", "0.32", "ngram")
     names = [p.name for p in cost.parts]
     assert names == ["async_scheduling_lost", "proposer"]
     low, high = cost.ms(baseline_step_ms=10.0)
     assert low == pytest.approx(OVERLAP_LOST_FRACTION[0] * 10 + 0.05)
     assert high == pytest.approx(OVERLAP_LOST_FRACTION[1] * 10 + 0.5)
-    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=False).ms(10.0) == (0.0, 0.0)
-    assert mode_cost_parts("vllm", "0.32", "eagle3").ms(10.0) == pytest.approx((0.0, 2.0))
+    assert mode_cost_parts("vllm", "0.32", "eagle3").ms(10.0) == (0.0, 0.0)
+    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=True).ms(10.0) == pytest.approx((0.0, 2.0))
 
 
 def test_trtllm_ngram_is_up_to_15_percent_of_the_iteration() -> None:
-    cost = mode_cost_parts("trtllm", None, "ngram", residual=False)
+    cost = mode_cost_parts("trtllm", None, "ngram")
     proposer = next(p for p in cost.parts if p.name == "proposer")
     assert proposer.ms(20.0) == pytest.approx((0.0, 3.0))
 
@@ -76,7 +76,7 @@ def test_dynamic_schedule_and_pipeline_parts() -> None:
 
 
 def test_stated_overlap_overrides_the_table() -> None:
-    both_off = mode_cost_parts("sglang", None, "mtp", baseline_overlap=False, option_overlap=False, residual=False)
+    both_off = mode_cost_parts("sglang", None, "mtp", baseline_overlap=False, option_overlap=False)
     assert both_off.ms(50.0) == (0.0, 0.0) and not both_off.unknown
 
 
