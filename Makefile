@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step bench-spec-mode train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step bench-spec-mode bench-whatif train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -91,6 +91,9 @@ bench-gpu-step: setup ## a decoder stack's step part by part (bf16, CUDA graphs)
 	then $(SERVER_VENV)/bin/python -u benchmarks/gpu_step.py --out-dir outputs/gpu-step $(ARGS); \
 	else echo "no CUDA device: the scaled-down CPU check of the stack (its times say nothing about a GPU)"; \
 	$(SERVER_VENV)/bin/python -u benchmarks/gpu_step.py --device cpu --tiny --batches 1,4,16 --ns 1,2,4 --contexts 1024 --out-dir outputs/gpu-step-cpu-check $(ARGS); fi
+
+bench-whatif: venv ## the what-if against published GPU results: per case and concurrency predicted vs published speedup, interval coverage, confidently-wrong verdicts (seconds; ARGS="--out docs/data/whatif-published-DATE.txt" saves it)
+	@$(BIN)/python -u benchmarks/whatif_published.py $(ARGS)
 
 clean-outputs: ## delete every run under outputs/ (asks first)
 	@read -p "Delete all runs under outputs/? [y/N] " ok && [ "$$ok" = y ] && find outputs -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + || true

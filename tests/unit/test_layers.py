@@ -17,7 +17,7 @@ LAYERS: dict[str, set[str]] = {
     # A package's __init__ that only names its modules imports nothing, so it sits at the bottom.
     "vocabulary": {"speclab", "errors", "urls", "options", "paths", "stats", "prompts", "runs",
                    "runfolder", "sections", "sweep", "auth", "outcome", "eagle3.corpus", "measure.progress",
-                   "moe", "traffic", "eagle3", "predict", "measure", "serve", "report"},
+                   "moe", "traffic", "eagle3", "predict", "measure", "serve", "report", "whatif"},
     "analysis": {"predict.replay", "predict.ngram_fast", "predict.costmodel", "predict.steptrace",
                  "predict.levelsim", "predict.predictions", "predict.compare", "predict.stepparts", "predict.ownsteps",
                  "predict.timings", "predict.stepmodel", "predict.accuracy", "predict.payback", "predict.modecost",
@@ -26,7 +26,9 @@ LAYERS: dict[str, set[str]] = {
                  "profiling.plots", "profiling.hta", "eagle3.match", "eagle3.plan",
                  "moe.models", "moe.seeds", "moe.traces", "moe.plots", "predict.probefit", "traffic.logs",
                  "traffic.gen",
-                 "traffic.tokens", "traffic.replay", "traffic.day", "traffic.plots"},
+                 "traffic.tokens", "traffic.replay", "traffic.day", "traffic.plots",
+                 "whatif.arch", "whatif.cases", "whatif.hardware", "whatif.plots", "whatif.predict", "whatif.scenario",
+                 "whatif.seeds", "whatif.sensitivity", "whatif.step", "whatif.text"},
     "measurement": {"measure.client", "measure.client.records", "measure.client.sse",
                     "measure.client.fast", "measure.client.via_httpx", "measure.client.stream",
                     "measure.client.transport", "measure.client.harness", "measure.metrics",
@@ -36,7 +38,7 @@ LAYERS: dict[str, set[str]] = {
     "server": {"serve.launch", "serve.embedded", "serve.target", "eagle3.train", "moe.engine"},
     "workbook": {"params", "workbook", "report.decision", "report.plots", "report.caveats",
                  "report.explore", "report.tables", "report.formatting", "cli", "cli.kernels",
-                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "cli.traffic",
+                 "cli.server", "cli.bench", "cli.workbook", "cli.__main__", "cli.traffic", "cli.whatif",
                  "eagle3.workbook", "moe.workbook", "traffic.workbook"},
 }
 ALLOWED = {

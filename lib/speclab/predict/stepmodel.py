@@ -244,7 +244,7 @@ def mode_costs_for_run(baseline_dir: str | Path, options: Mapping[str, int]) -> 
                                                host=manifest.get("host"), dtype=server.get("dtype"))
             else:
                 cost = modecost.mode_cost_parts(str(server.get("engine") or "unknown"), server.get("version"), method,
-                                                concurrency=float(c))
+                                                concurrency=float(c), residual=True)
                 if cost.refusal:
                     notes.append(f"speculative mode's cost for {method}: {cost.refusal} It is taken as 0 to 20 % of a "
                                  "step (assumed).")

@@ -53,6 +53,7 @@ def test_parts_in_ms_and_fraction() -> None:
     assert low == pytest.approx(OVERLAP_LOST_FRACTION[0] * 10 + 0.05)
     assert high == pytest.approx(OVERLAP_LOST_FRACTION[1] * 10 + 0.5)
     assert mode_cost_parts("vllm", "0.32", "eagle3").ms(10.0) == (0.0, 0.0)
+    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=True).ms(10.0) == pytest.approx((0.0, 2.0))
 
 
 def test_trtllm_ngram_is_up_to_15_percent_of_the_iteration() -> None:
@@ -68,8 +69,8 @@ def test_dynamic_schedule_and_pipeline_parts() -> None:
     assert parts["dynamic_schedule"].high == pytest.approx(0.2158 - 0.1628, abs=1e-3)
     pp = mode_cost_parts("vllm", None, "mtp", pipeline_parallel=4)
     parts = {p.name: p for p in pp.parts}
-    assert parts["pipeline_round"].ms(16.3)[0] == pytest.approx(25.0 - 16.3)
-    assert round(PIPELINE_ROUND_FRACTION, 3) == 0.534
+    assert parts["pipeline_round"].ms(16.3) == pytest.approx((25.0 - 16.3, 25.0))
+    assert [round(f, 3) for f in PIPELINE_ROUND_FRACTION] == [0.534, 1.534]
     # async scheduling is off in both arms under PP on vLLM's V1 runner: nothing lost, nothing unknown
     assert parts["async_scheduling_lost"].high == 0.0 and not pp.unknown
 
