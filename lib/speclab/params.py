@@ -157,13 +157,54 @@ class SpecParams(_ServerParams):
     spec_mode_overhead_from: str | None = Field(
         None, description="an earlier 02 run of another option on this server and dtype: the speculative-mode cost "
                           "its steps measured replaces the stated range in the predicted-vs-measured table")
+    recommended_config: str | None = Field(
+        None, description="01's recommended-config.json: run exactly that configuration (method, k, lookup, schedule) "
+                          "and check it against its prediction")
+    schedule: list[list[int]] | None = Field(
+        None, description="num_speculative_tokens_per_batch_size: [[first batch, last batch, k], ...] (k 0: off)")
+
+    @model_validator(mode="after")
+    def _recommended(self) -> Self:
+        if self.recommended_config is None:
+            return self
+        record = read_recommended_config(self.recommended_config)
+        option = record.get("option") or {}
+        if not option:
+            raise ValueError(f"{self.recommended_config} recommends keeping the baseline: there is no configuration "
+                             "to run")
+        if option.get("method") not in ("ngram", "suffix"):
+            raise ValueError(f"{self.recommended_config} recommends {option.get('method')!r}, which 02-ngram does not "
+                             "run (ngram or suffix)")
+        self.method = option["method"]
+        self.k = int(option.get("num_speculative_tokens") or self.k)
+        self.prompt_lookup_min = option.get("prompt_lookup_min", self.prompt_lookup_min)
+        self.prompt_lookup_max = option.get("prompt_lookup_max", self.prompt_lookup_max)
+        self.schedule = record.get("schedule") or self.schedule
+        return self
 
     def option(self) -> SpecOption:
+        extra = {"num_speculative_tokens_per_batch_size": [list(r) for r in self.schedule]} if self.schedule else {}
         if self.method == "ngram":
             return SpecOption(method="ngram", num_speculative_tokens=self.k,
                               prompt_lookup_min=self.prompt_lookup_min,
-                              prompt_lookup_max=self.prompt_lookup_max)
-        return SpecOption(method="suffix", num_speculative_tokens=self.k)
+                              prompt_lookup_max=self.prompt_lookup_max, extra=extra)
+        return SpecOption(method="suffix", num_speculative_tokens=self.k, extra=extra)
+
+
+def read_recommended_config(path: str | Path) -> dict[str, Any]:
+    """A recommended-config.json (01's configuration search), or one sentence saying why not."""
+    import json
+
+    file = Path(path).expanduser()
+    if file.is_dir():
+        file = file / "recommended-config.json"
+    try:
+        record = json.loads(file.read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"{file} is not a readable recommended-config.json; give the file 01-baseline wrote") from None
+    if not isinstance(record, dict) or "restart_args" not in record:
+        raise ValueError(f"{file} is not a recommended-config.json (no restart_args)")
+    return record
 
 
 class Eagle3Params(_ServerParams):

@@ -22,6 +22,7 @@ from speclab.runfolder import (
     PLAN_JSON,
     PREDICTIONS_PARQUET,
     PROBE_JSON,
+    RECOMMENDED_CONFIG_JSON,
     SELF_DIVERGENCE_JSON,
     Plan,
     RunData,
@@ -252,10 +253,12 @@ def mode_cost_inputs(params: BaselineParams, run: Run) -> dict[str, Any]:
     from speclab.measure.proposer import time_proposers
     from speclab.urls import Endpoint, is_local_host
 
+    engine = load_run(run.path).server.get("engine")
     options = {o.method: int(o.num_speculative_tokens or 1)
-               for o in prediction_options(params.predict_methods, params.predict_k, params.predict_suffix_k)}
+               for o in prediction_options(search_methods(params, engine), params.predict_k, params.predict_suffix_k)}
     local = params.mode == "embedded" or (params.endpoint is not None and is_local_host(Endpoint.parse(params.endpoint).host))
-    time_proposers(run.path, list(options), sorted(set(options.values())), sorted(set(params.concurrency)),
+    cpu_proposers = [m for m in options if m in ("ngram", "suffix")]  # ngram_gpu's runs on the GPU
+    time_proposers(run.path, cpu_proposers, sorted({options[m] for m in cpu_proposers}), sorted(set(params.concurrency)),
                    server_local=local)
     return {"mode_cost_for": options}
 
@@ -388,3 +391,140 @@ def run_profile(params: ProfileNotebookParams, run: Run) -> ProfileOutcome:
     report = analyse_profile(capture.traces, profile_params)
     report.save(run.path)
     return ProfileOutcome(capture, report, identity)
+
+
+def search_methods(params: BaselineParams, engine: str | None) -> list[str]:
+    """The methods the configuration search prices: 01's ``predict_methods``, plus vLLM's GPU
+    n-gram (``ngram_gpu``, which keeps async scheduling) beside its CPU one where the server is
+    an external vLLM (the embedded CPU engine cannot run it)."""
+    methods: list[str] = [str(m) for m in dict.fromkeys(params.predict_methods)]
+    if params.mode == "external" and (engine or "vllm") == "vllm" and "ngram" in methods and "ngram_gpu" not in methods:
+        methods.insert(methods.index("ngram") + 1, "ngram_gpu")
+    return methods
+
+
+def configuration_search(params: BaselineParams, data: RunData, model: CalibratedStepTime, *,
+                         ks: Sequence[int] | None = None) -> Any:
+    """From verdict to configuration (:func:`speclab.predict.configsearch.search`): every option
+    at k = 1 ... 8, and on vLLM per-batch-size schedules, predicted from this baseline with 01's
+    step model, weighted by ``params.traffic``; the recommendation with its exact restart line is
+    written to recommended-config.json."""
+    from speclab.options import INSTANCE_SD
+    from speclab.predict import configsearch
+    from speclab.predict.payback import restart_cost_s
+    from speclab.predict.predictions import predict_from_baseline
+
+    engine = str(data.server.get("engine") or ("vllm" if params.mode == "embedded" else "unknown"))
+    cpu_engine = params.mode == "embedded" or "cpu" in str(data.server.get("version") or "").lower()
+    instance_sd = params.instance_sd if params.instance_sd is not None else model.instance_sd
+    sd = INSTANCE_SD if instance_sd is None else instance_sd
+    predictions: dict[tuple[str, int], pd.DataFrame] = {}
+    for method in search_methods(params, engine):
+        for k in ks or configsearch.KS:
+            table = predict_from_baseline(data.path, default_option(method, k), model, instance_sd=sd, resamples=200)
+            predictions[(method, k)] = table[table["category"] == "all"].reset_index(drop=True)
+
+    def off_cost_ms(method: str, c: float) -> tuple[float, float]:
+        rng, _ = model.spec_mode_overhead_for(int(c), method)
+        return (0.0, 0.0) if rng is None else (rng[0] * 1e3, rng[1] * 1e3)
+
+    def schedule_cost_ms(method: str, c: float) -> tuple[float, float, str]:
+        base = predictions[next(key for key in predictions if key[0] == method)]
+        step = float(base.loc[(base["concurrency"] - c).abs().idxmin(), "baseline_step_ms"])
+        return configsearch.dynamic_cost_ms(engine, data.server.get("version"), method, c, step, cpu_engine=cpu_engine)
+
+    found = configsearch.search(predictions, params.traffic, engine=engine, option_for=default_option,
+                                off_cost_ms=off_cost_ms,
+                                schedule_cost_ms=schedule_cost_ms if engine == "vllm" else None)
+    restart_s, restart_from = restart_cost_s(params.restart_minutes, data.server.get("load_time_s"))
+    write_json(data.path / RECOMMENDED_CONFIG_JSON,
+               recommended_record(found, engine=engine, restart_s=restart_s, restart_from=restart_from))
+    return found
+
+
+def recommended_record(found: Any, *, engine: str, restart_s: float | None, restart_from: str) -> dict[str, Any]:
+    """recommended-config.json: the configuration to restart into (``option``: None to keep the
+    baseline), its exact restart line, its predicted speedup with interval per concurrency, the
+    expected daily gain and payback, what was not judged, the runners-up and the restart plan."""
+    from speclab.predict.configsearch import restart_args
+
+    def cells(cand: Any) -> dict[str, Any]:
+        return {f"{r.concurrency:g}": ({"k": int(r.k), "speedup": round(r.speedup, 4), "low": round(r.low, 4),
+                                         "high": round(r.high, 4)} if r.judged else {"judged": False})
+                for r in cand.cells.itertuples()}
+
+    def payback_h(cand: Any) -> float | None:
+        if restart_s is None or cand.daily_gain_h <= 0:
+            return None
+        return round(restart_s / 3600.0 / (cand.daily_gain_h / 24.0), 3)
+
+    best = found.recommended
+    runners = [c for c in found.candidates if c is not best][:5]
+    return {
+        "option": None if best is None else {**best.option.model_dump(mode="json", exclude_defaults=True),
+                                             "label": best.label},
+        "engine": engine,
+        "restart_args": [] if best is None else restart_args(engine, best.option, best.schedule),
+        "schedule": None if best is None or not best.schedule else [list(r) for r in best.schedule],
+        "predicted_speedup_by_concurrency": {} if best is None else cells(best),
+        "expected_daily_gain_server_h": None if best is None else round(best.daily_gain_h, 3),
+        "expected_daily_gain_interval_h": None if best is None else [round(best.daily_gain_low_h, 3),
+                                                                     round(best.daily_gain_high_h, 3)],
+        "restart_minutes": None if restart_s is None else round(restart_s / 60.0, 2),
+        "restart_from": restart_from,
+        "payback_hours": None if best is None else payback_h(best),
+        "tolerance": found.tolerance,
+        "beyond_sweep": [{"concurrency": c, "hours_per_day": h} for c, h in found.unjudged],
+        "swept_concurrency": found.swept,
+        "runners_up": [{"label": c.label, "daily_gain_server_h": round(c.daily_gain_h, 3),
+                        "eligible": c.eligible, "why_not": c.why_not or "saves less server time a day",
+                        "restart_args": restart_args(engine, c.option, c.schedule)} for c in runners],
+        "plan": found.plan,
+        "plan_restarts": found.plan_restarts,
+        "candidates": len(found.candidates),
+    }
+
+
+class ConfigurationCheck(NamedTuple):
+    """What 02 says about the configuration it ran: sentences and tables (none without one)."""
+
+    sentences: list[str]
+    tables: list[pd.DataFrame]
+
+
+def check_configuration(params: SpecParams, base: RunData, spec: RunData) -> ConfigurationCheck:
+    """02's check of a recommended configuration or schedule: whether the server ran the schedule
+    (:func:`speclab.predict.accuracy.schedule_check`, with the counters' draft deltas per level
+    beside it) and the recommendation's predicted speedup against the measured decode speedup
+    per concurrency."""
+    from speclab.params import read_recommended_config
+    from speclab.predict.accuracy import measured_decode_interval, schedule_check
+    from speclab.report import tables
+
+    sentences: list[str] = []
+    frames: list[pd.DataFrame] = []
+    if not params.schedule and not params.recommended_config:
+        return ConfigurationCheck(["No recommended configuration or schedule was given: nothing to check here."], [])
+    if params.schedule:
+        check = schedule_check(spec.path, params.schedule)
+        sentences.append(check.attrs["verdict"])
+        frames.append(check)
+        counters = spec.levels[[c for c in ("concurrency", "repeat", "requests") if c in spec.levels]].copy()
+        counters["drafted_tokens"] = [(lv.get("server_counters") or {}).get("d_draft_tokens")
+                                      for lv in spec.levels.to_dict("records")]
+        frames.append(counters)
+    if params.recommended_config:
+        record = read_recommended_config(params.recommended_config)
+        predicted = tables.recommended_speedups(record)
+        measured = measured_decode_interval(base.path, spec.path)
+        measured = measured[measured["category"] == "all"].drop(columns=["category"])
+        both = predicted.merge(measured, on="concurrency", how="left")
+        both["within_interval"] = ((both["measured_decode_speedup"] >= both["predicted_speedup_low"])
+                                   & (both["measured_decode_speedup"] <= both["predicted_speedup_high"]))
+        frames.append(both)
+        judged = both.dropna(subset=["measured_decode_speedup", "predicted_speedup"])
+        sentences.append(f"The recommendation ({record['option']['label']}) predicted "
+                         + ", ".join(f"{r.predicted_speedup:.2f}x at c={r.concurrency:g}" for r in judged.itertuples())
+                         + "; measured " + ", ".join(f"{r.measured_decode_speedup:.2f}x" for r in judged.itertuples())
+                         + f" ({int(judged['within_interval'].sum())} of {len(judged)} inside the predicted interval).")
+    return ConfigurationCheck(sentences, frames)

@@ -20,7 +20,7 @@ LAYERS: dict[str, set[str]] = {
                    "moe", "traffic", "eagle3", "predict", "measure", "serve", "report", "whatif"},
     "analysis": {"predict.replay", "predict.ngram_fast", "predict.costmodel", "predict.steptrace",
                  "predict.levelsim", "predict.predictions", "predict.compare", "predict.stepparts", "predict.ownsteps",
-                 "predict.timings", "predict.stepmodel", "predict.accuracy", "predict.payback", "predict.modecost",
+                 "predict.timings", "predict.stepmodel", "predict.accuracy", "predict.payback", "predict.modecost", "predict.configsearch",
                  "report.findings",
                  "profiling", "profiling.trace", "profiling.buckets", "profiling.analysis",
                  "profiling.plots", "profiling.hta", "eagle3.match", "eagle3.plan",

@@ -14,10 +14,11 @@ in ``docs/predictor.md``). Every module is analysis: it reads run folders and pa
   mode, instance spread, residual; which engines and versions lose their scheduling overlap);
 - the prediction: ``levelsim`` (a closed-loop level stepped as continuous batching runs it),
   ``predictions`` (speedup per category and concurrency with its interval and verdict),
-  ``payback`` (what a restart costs and when it pays back);
+  ``payback`` (what a restart costs and when it pays back), ``configsearch`` (every option at
+  k = 1 to 8 and per-batch-size schedules over the expected day: the one restart worth making);
 - after the restart: ``accuracy`` (predicted against measured), ``compare`` (paired speedups
   of two measured arms, losslessness).
 """
 
-__all__ = ["accuracy", "compare", "costmodel", "levelsim", "modecost", "ngram_fast", "ownsteps", "payback", "predictions",
+__all__ = ["accuracy", "compare", "configsearch", "costmodel", "levelsim", "modecost", "ngram_fast", "ownsteps", "payback", "predictions",
            "probefit", "replay", "stepmodel", "stepparts", "steptrace", "timings"]

@@ -30,7 +30,7 @@ from speclab.predict.timings import (
 )
 
 __all__ = ["AGREE", "CONFIDENTLY_WRONG", "UNCLEAR", "compare_predicted_measured", "compare_replay_with_server",
-           "measured_decode_interval", "verdict_agreement"]
+           "measured_decode_interval", "schedule_check", "verdict_agreement"]
 
 
 def compare_predicted_measured(
@@ -202,3 +202,57 @@ def verdict_agreement(predicted_low: float | None, predicted_high: float | None,
     if (wins and measured_high < 1.0) or (not wins and measured_low > 1.0):
         return CONFIDENTLY_WRONG
     return AGREE
+
+
+def schedule_check(spec_run_dir: str | Path, schedule: list[list[int]] | list[tuple[int, int, int]]) -> pd.DataFrame:
+    """Does the server run a per-batch-size schedule (``num_speculative_tokens_per_batch_size``)?
+
+    vLLM picks k from the number of requests it schedules in a step (decoding plus prefilling).
+    The run's engine steps are read back from its streams (:func:`speclab.predict.steptrace.run_steps`):
+    a step in which some sequence received more than one token verified accepted drafts. Per
+    range of the schedule: the steps seen, those with accepted drafts, and tokens per decoding
+    sequence. ``attrs['verdict']``: one sentence; ``attrs['ok']``: no step at a k = 0 batch size
+    accepted a draft (a draft the server rejected leaves no trace in the stream, so the counters'
+    deltas per level are shown beside it by the notebook)."""
+    from speclab.predict.steptrace import run_steps
+    from speclab.runfolder import read_records
+
+    steps = run_steps(read_records(spec_run_dir))
+    steps = steps[steps["matched"].astype(bool) & (steps["decode_seqs"] > 0)].copy()
+    steps["batch"] = steps["decode_seqs"] + steps["prefills"]
+    ranges = sorted((int(a), int(b), int(k)) for a, b, k in schedule)
+
+    def k_of(batch: int) -> int:
+        for a, b, k in ranges:
+            if a <= batch <= b:
+                return k
+        return ranges[-1][2] if batch > ranges[-1][1] else ranges[0][2]
+
+    steps["k"] = steps["batch"].map(k_of)
+    steps["accepted"] = steps["emitted_tokens"] > steps["decode_seqs"]
+    rows = []
+    for (a, b, k) in ranges:
+        part = steps[(steps["batch"] >= a) & (steps["batch"] <= b)]
+        rows.append({"batch_sizes": f"{a}-{b}", "k": k, "steps": len(part), "steps_with_accepted_drafts":
+                     int(part["accepted"].sum()), "tokens_per_sequence": float(part["emitted_tokens"].sum()
+                                                                               / part["decode_seqs"].sum())
+                     if len(part) else None})
+    table = pd.DataFrame(rows)
+    off = table[table["k"] == 0]
+    leaked = int(off["steps_with_accepted_drafts"].sum())
+    seen = int(off["steps"].sum())
+    table.attrs["ok"] = leaked == 0
+    if off.empty:
+        table.attrs["verdict"] = "The schedule turns speculation off at no batch size; nothing to check."
+    elif seen == 0:
+        table.attrs["ok"] = False
+        table.attrs["verdict"] = ("No engine step of this run fell in the schedule's k = 0 batch sizes: raise the "
+                                  "concurrency above the first off range to check it.")
+    elif leaked:
+        table.attrs["verdict"] = (f"NOT as scheduled: {leaked} of {seen} steps at k = 0 batch sizes accepted drafts; "
+                                  "the server does not run this schedule.")
+    else:
+        table.attrs["verdict"] = (f"As scheduled: none of the {seen} steps at k = 0 batch sizes accepted a draft "
+                                  f"(one token a sequence each), while the k > 0 sizes did "
+                                  f"({int(table[table['k'] > 0]['steps_with_accepted_drafts'].sum())} steps).")
+    return table

@@ -308,12 +308,24 @@ def render_record(record: DecisionRecord, confidence: float = 0.95) -> str:
     )
 
 
-def opening(title: str, sentence: str) -> str:
-    """The report's head: its title and the recommendation, set apart from everything after."""
-    return (f"<h2>{html.escape(title)}</h2>"
-            '<div class="speclab-recommendation" style="border-left: 5px solid #2e7d32; background: #f1f8e9; '
-            'padding: 0.7em 1em; margin: 0.5em 0 1.2em 0; font-size: 1.12em; max-width: 60em;">'
-            f"<b>Recommendation.</b> {html.escape(sentence)}</div>")
+def configured(bundle: ReportBundle) -> str | None:
+    """The configuration 01 recommended before any restart (its configuration search), in one
+    paragraph; None where the baseline ran no search."""
+    record = tables.read_recommendation(bundle.baseline)
+    return None if record is None else tables.recommendation_sentence(record)
+
+
+def opening(title: str, sentence: str, before: str | None = None) -> str:
+    """The report's head: its title, the configuration recommended before any restart
+    (``before``) and the recommendation from what was measured, set apart from everything after."""
+    style = ('style="border-left: 5px solid #2e7d32; background: #f1f8e9; padding: 0.7em 1em; '
+             'margin: 0.5em 0 1.2em 0; font-size: 1.12em; max-width: 60em;"')
+    head = f"<h2>{html.escape(title)}</h2>"
+    if before:
+        head += (f'<div class="speclab-configuration" {style}><b>Before any restart, the baseline\'s search '
+                 f"recommended:</b> {html.escape(before)}</div>")
+    return head + f'<div class="speclab-recommendation" {style}><b>Recommendation.</b> {html.escape(sentence)}</div>'
+
 
 
 def recommendation(bundle: ReportBundle, records: list[DecisionRecord] | None = None,

@@ -18,8 +18,8 @@ from speclab.predict.costmodel import CalibratedStepTime
 from speclab.predict.predictions import mode_parts_text
 from speclab.predict.stepmodel import learn_overhead, load_cost_model
 from speclab.report.caveats import load_shortfalls
-from speclab.runfolder import PREDICTIONS_PARQUET, RunData, ServerIdentity
-from speclab.runs import run_id  # notebooks and the report name runs through tables.run_id
+from speclab.runfolder import PREDICTIONS_PARQUET, RECOMMENDED_CONFIG_JSON, RunData, ServerIdentity
+from speclab.runs import read_json, run_id  # notebooks and the report name runs through tables.run_id
 from speclab.urls import scrub_paths
 
 __all__ = [
@@ -36,6 +36,10 @@ __all__ = [
     "predicted_vs_measured",
     "prediction_summary",
     "read_predictions",
+    "read_recommendation",
+    "recommendation_sentence",
+    "recommended_speedups",
+    "runners_up_table",
     "run_id",
     "stack_levels",
     "stack_requests",
@@ -372,3 +376,55 @@ def payback_table(data: RunData, traffic: Sequence[Mapping[str, float]], restart
         table = restart_payback(rows, traffic, load_time_s=restart_s)
         frames.append(table.assign(option=option, restart_from=source))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# --------------------------------------------------------------------------- the configuration to restart into
+
+
+def read_recommendation(baseline: RunData) -> dict[str, Any] | None:
+    """The baseline run's recommended-config.json (01's configuration search), or None."""
+    path = baseline.path / RECOMMENDED_CONFIG_JSON
+    return read_json(path) if path.exists() else None
+
+
+def recommendation_sentence(record: dict[str, Any]) -> str:
+    """The configuration search's answer in one paragraph: what to restart into, what it saves a
+    day, its payback and exact restart line; or why the baseline stays; and what was not judged."""
+    beyond = record.get("beyond_sweep") or []
+    unjudged = ""
+    if beyond:
+        swept = record.get("swept_concurrency") or []
+        where = ", ".join(f"{b['concurrency']:g} ({b['hours_per_day']:g} h a day)" for b in beyond)
+        unjudged = (f" Traffic at concurrency {where} lies beyond the sweep ({swept[0]}-{swept[-1]}) and was not "
+                    "judged: add it to 01's concurrency to judge it." if swept else "")
+    option = record.get("option")
+    if not option:
+        return ("Keep the baseline: no configuration is predicted to save server time without its lower bound losing "
+                f"more than {100 * float(record.get('tolerance') or 0.02):g} % at some concurrency of the expected day "
+                f"({record.get('candidates', 0)} configurations predicted)." + unjudged)
+    low, high = record.get("expected_daily_gain_interval_h") or (None, None)
+    payback = record.get("payback_hours")
+    text = (f"Restart into {option['label']}: predicted to free {record['expected_daily_gain_server_h']:.2f} server-hours "
+            f"a day ({low:.2f} to {high:.2f}) over the expected traffic")
+    text += (f", paying a {record['restart_minutes']:g}-minute restart back after {payback:.1f} h" if payback is not None
+             else ", restart cost unknown (give restart_minutes)")
+    return text + f". Restart with: {' '.join(record.get('restart_args') or [])}." + unjudged
+
+
+def recommended_speedups(record: dict[str, Any]) -> pd.DataFrame:
+    """The recommended configuration's predicted speedup per concurrency with its 90 % interval
+    (``judged`` False: beyond the sweep, no figure)."""
+    rows = []
+    for c, cell in (record.get("predicted_speedup_by_concurrency") or {}).items():
+        judged = cell.get("judged", True)
+        rows.append({"concurrency": float(c), "k": cell.get("k") if judged else None,
+                     "predicted_speedup": cell.get("speedup"), "predicted_speedup_low": cell.get("low"),
+                     "predicted_speedup_high": cell.get("high"), "judged": "yes" if judged else "beyond the sweep"})
+    return pd.DataFrame(rows)
+
+
+def runners_up_table(record: dict[str, Any]) -> pd.DataFrame:
+    """The next configurations the search ranked, their daily gain and why each lost."""
+    return pd.DataFrame([{"configuration": r["label"], "server_h_saved_per_day": r["daily_gain_server_h"],
+                          "why_it_lost": r["why_not"], "restart_line": " ".join(r.get("restart_args") or [])}
+                         for r in record.get("runners_up") or []])
