@@ -7,7 +7,7 @@ PIP_QUIET := -q --progress-bar off
 export SPECLAB_SERVER_VENV := $(abspath $(SERVER_VENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv server-venv tcmalloc setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step bench-spec-mode bench-whatif bench-config train-drafter clean-outputs
+.PHONY: help venv server-venv tcmalloc chromium setup demo test test-unit test-faults test-integration test-notebooks lint lab bench bench-all bench-predictor bench-profile bench-traffic bench-moe bench-drafter bench-gpu-step bench-spec-mode bench-whatif bench-config train-drafter clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -28,9 +28,12 @@ server-venv: ## create the embedded vLLM server's own venv (.venv-server, ~2.5 G
 tcmalloc: ## tcmalloc for the embedded server (apt-get when root; otherwise says how)
 	@bash scripts/install-tcmalloc.sh
 
-setup: ## venvs (built side by side) + tcmalloc + the embedded model converted once (cached in ~/.cache/speclab)
+chromium: ## Chromium for the JupyterLab browser test (apt-get when root; otherwise says how)
+	@bash scripts/install-chromium.sh
+
+setup: ## venvs (built side by side) + tcmalloc + Chromium (for the browser test) + the embedded model converted once (cached in ~/.cache/speclab)
 	@$(MAKE) --no-print-directory -j2 venv server-venv
-	@$(MAKE) --no-print-directory tcmalloc
+	@$(MAKE) --no-print-directory tcmalloc chromium
 	@$(BIN)/speclab setup --eagle3
 
 train-drafter: setup ## train the embedded model's EAGLE-3 head once (13-18 min on 2 cores: answers, features, 8 min of training, each with a progress bar; QUIET=1: none; cached)
