@@ -352,6 +352,11 @@ def histogram_mean(before: MetricsSnapshot, after: MetricsSnapshot, quantity: st
     return _histogram_mean(before, after, quantity)
 
 
+def gauge(snapshot: MetricsSnapshot, quantity: str) -> float | None:
+    """A gauge's current value (``requests_running``, ``requests_waiting``, ...), None where absent."""
+    return _gauge(snapshot, quantity)
+
+
 def _gauge(snapshot: MetricsSnapshot, quantity: str) -> float | None:
     """Mean of a gauge over its label sets, ignoring SGLang's draft-model engine.
 

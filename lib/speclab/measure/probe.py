@@ -67,6 +67,11 @@ if TYPE_CHECKING:  # the server layer's type, named for typing only
 HEAD_ROWS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # A point is measured this many times (its median is used; the spread feeds the interval).
 PROBE_REPEATS = 3
+# How long the probe may wait, in all, for quiet windows on a server with other traffic, and
+# retry the points that other traffic spoiled (``probe_budget_s``).
+PROBE_BUDGET_S = 120.0
+FOREIGN_TRAFFIC_REFUSAL = ("{finished:.0f} requests finished during a probe of {batch}: other traffic shared the "
+                           "step (foreign traffic)")
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,18 @@ def probe_sequences(records: Sequence[dict[str, Any]], block: int, n_max: int) -
 class ProbeRun:
     layout: CacheLayout
     points: list[ProbePoint] = field(default_factory=list)
+    waited_s: float = 0.0  # time spent waiting for quiet windows
+    retried: int = 0  # points measured again after other traffic spoiled them
+    budget_s: float = PROBE_BUDGET_S
+
+    def refusal_counts(self) -> dict[str, int]:
+        """How many points each reason refused (foreign traffic counted as one reason)."""
+        counts: dict[str, int] = {}
+        for p in self.points:
+            if p.refused:
+                key = "other traffic shared the step" if "foreign traffic" in p.refused else p.refused
+                counts[key] = counts.get(key, 0) + 1
+        return counts
 
     def usable(self) -> list[ProbePoint]:
         return [p for p in self.points if p.ok]
@@ -208,9 +225,13 @@ def check_point(point: ProbePoint, requests_finished: float | None) -> ProbePoin
             f"{point.computed_tokens:.0f} tokens were computed where {point.expected_tokens} were sent past "
             "the cached prefixes (the prefix was not cached, or was cached further)")
     elif requests_finished is not None and round(requests_finished) != point.batch:
+        point.ok, point.refused = False, FOREIGN_TRAFFIC_REFUSAL.format(
+            finished=requests_finished, batch=point.batch)
+        point.foreign_requests = requests_finished - point.batch
+    elif point.batch > 1 and point.steps_seen is not None and point.steps_seen > 1:
         point.ok, point.refused = False, (
-            f"{requests_finished:.0f} requests finished during a probe of {point.batch}: other traffic "
-            "shared the step (foreign traffic)")
+            f"the {point.batch} prompts did not share one engine step (the pacer saw {point.steps_seen} long "
+            "steps in the window): the point would price several steps")
     elif point.step_s is None:
         point.ok, point.refused = False, "no step time was measured"
     return point
@@ -262,6 +283,22 @@ class _Pacer:
                    if b >= start and a <= end and (b - a) > 1.5 * typical)
 
 
+async def _wait_quiet(control: httpx.Client, endpoint: Endpoint, deadline: float, own_running: int = 1) -> float:
+    """Wait until the server runs nothing but the probe's own pacer (``own_running`` requests,
+    none waiting), or ``deadline``; seconds waited. A server that publishes no such gauge is
+    taken as quiet (the counters still refuse a point another request shared)."""
+    from speclab.measure.metrics import gauge
+
+    started = time.perf_counter()
+    while time.perf_counter() < deadline:
+        snapshot = scrape_metrics(control, endpoint)
+        running, waiting = gauge(snapshot, "requests_running"), gauge(snapshot, "requests_waiting")
+        if running is None or (running <= own_running and not waiting):
+            break
+        await asyncio.sleep(0.25)
+    return time.perf_counter() - started
+
+
 async def _complete(client: httpx.AsyncClient, url: str, model: str, prompts: list[list[int]]) -> float:
     """One completions request holding ``prompts`` (one engine request each), one token each."""
     body = {"model": model, "prompt": prompts, "max_tokens": 1, "temperature": 0.0}
@@ -288,18 +325,23 @@ def run_probe(
     repeats: int = PROBE_REPEATS,
     on_point: Callable[[ProbePoint], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    budget_s: float = PROBE_BUDGET_S,
 ) -> ProbeRun:
     """Probe every batch size in ``batches`` at n = 1 .. ``n_max`` tokens, ``repeats`` times each.
 
     Every point is checked (:func:`check_point`); ``on_point`` sees each as it is measured (the
-    caller appends it to the run folder), ``progress`` is told how many points are done.
+    caller appends it to the run folder), ``progress`` is told how many points are done. On a
+    server with other traffic each point first waits for a quiet window (nothing running but the
+    probe's pacer), and a point other traffic still spoiled is measured again, both within
+    ``budget_s`` seconds in all; the run records how long it waited and what it retried.
     """
     from speclab.measure.loadgen import run_coroutine
 
     headers = auth_headers(api_key_env)
     completions = endpoint.api("completions")
     control = httpx.Client(timeout=httpx.Timeout(30.0), headers=headers)
-    run = ProbeRun(layout)
+    run = ProbeRun(layout, budget_s=budget_s)
+    budget_end = time.perf_counter() + budget_s
 
     async def go() -> None:
         limits = httpx.Limits(max_connections=8)
@@ -314,21 +356,29 @@ def run_probe(
                 async with _Pacer(client, completions, model, pacer_tokens, pacer_max) as pacer:
                     for repeat in range(repeats):
                         for n in range(1, n_max + 1):
-                            prompts = [s.prompt(n) for s in chosen]
-                            context = statistics.fmean(s.prefix for s in chosen)
-                            before = scrape_metrics(control, endpoint)
-                            start = time.perf_counter()
-                            client_s = await _complete(client, completions, model, prompts)
-                            end = time.perf_counter()
-                            await asyncio.sleep(0.05)  # the engine publishes its counters after the step
-                            after = scrape_metrics(control, endpoint)
-                            point = _point(before, after, batch, n, repeat, client_s, context,
-                                           pacer.long_gaps(start, end))
-                            for i, seq in enumerate({id(s): s for s in chosen}.values()):
-                                seq.advance(n, layout.block_size, sequences[(i + 1) % len(sequences)].tokens)
-                            run.points.append(point)
-                            if on_point is not None:
-                                on_point(point)
+                            while True:  # a point other traffic spoiled is measured again while the budget lasts
+                                waited = await _wait_quiet(control, endpoint, budget_end)
+                                run.waited_s += waited
+                                prompts = [s.prompt(n) for s in chosen]
+                                context = statistics.fmean(s.prefix for s in chosen)
+                                before = scrape_metrics(control, endpoint)
+                                start = time.perf_counter()
+                                client_s = await _complete(client, completions, model, prompts)
+                                end = time.perf_counter()
+                                await asyncio.sleep(0.05)  # the engine publishes its counters after the step
+                                after = scrape_metrics(control, endpoint)
+                                point = _point(before, after, batch, n, repeat, client_s, context,
+                                               pacer.long_gaps(start, end))
+                                point.waited_s = round(waited, 3)
+                                for i, seq in enumerate({id(s): s for s in chosen}.values()):
+                                    seq.advance(n, layout.block_size, sequences[(i + 1) % len(sequences)].tokens)
+                                run.points.append(point)
+                                if on_point is not None:
+                                    on_point(point)
+                                spoiled = point.foreign_requests is not None
+                                if not spoiled or time.perf_counter() >= budget_end:
+                                    break
+                                run.retried += 1
                             done += 1
                             if progress is not None:
                                 progress(done)
@@ -467,7 +517,7 @@ def target_config(given: str | None, live: LiveServer) -> tuple[dict[str, Any] |
 
 def probe_live(live: LiveServer, run_dir: Path, *, batches: Sequence[int], n_max: int,
                api_key_env: str | None = None, target_config_path: str | None = None,
-               progress: bool = False) -> dict[str, Any]:
+               progress: bool = False, budget_s: float = PROBE_BUDGET_S) -> dict[str, Any]:
     """The live verify-cost probe on a baseline's own server, over cached prefixes of the
     sequences that baseline run (``run_dir``) recorded: points appended to probe.jsonl as
     measured, a summary in probe.json. Raises one sentence when no point is usable."""
@@ -492,16 +542,21 @@ def probe_live(live: LiveServer, run_dir: Path, *, batches: Sequence[int], n_max
         probe = run_probe(endpoint.without_credentials(), live.model, sequences, batches, n_max, layout,
                           max_model_len=int(max_len), api_key_env=api_key_env,
                           on_point=lambda point: append_point(run_dir / PROBE_JSONL, point),
-                          progress=lambda done: bar.update(1))
+                          progress=lambda done: bar.update(1), budget_s=budget_s)
         head = measure_head(live, run_dir, sequences, rows, api_key_env, lambda done: bar.update(1))
     summary = {"engine": layout.engine, "block_size": layout.block_size, "layout_from": layout.source,
                "batches": list(batches), "tokens_max": n_max, "repeats": PROBE_REPEATS,
                "points": len(probe.points), "usable": len(probe.usable()), "refusals": probe.refusals(),
+               "refused_by_reason": probe.refusal_counts(), "waited_for_quiet_s": round(probe.waited_s, 1),
+               "retried_points": probe.retried, "budget_s": budget_s,
                **head, "sequences": len(sequences), "target_config_from": config_from, "target_config_json": config,
                "elapsed_s": round(time.perf_counter() - started, 1)}
     write_json(run_dir / PROBE_JSON, summary)
     if not probe.usable():
-        raise SpeclabError("every probe point was refused: " + "; ".join(probe.refusals()))
+        raise SpeclabError(f"every probe point was refused ({len(probe.points)} measured, {probe.waited_s:.0f} s spent "
+                           f"waiting for quiet windows within a {budget_s:g} s budget): " + "; ".join(probe.refusals())
+                           + ". The probe needs a server with no other traffic: take a replica out of the load "
+                           "balancer, or raise probe_budget_s")
     return summary
 
 

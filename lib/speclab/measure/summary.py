@@ -94,6 +94,25 @@ def load_shape(records: Sequence[RequestRecord], concurrency: int | None, rate: 
     return shape
 
 
+# Fewer requests than this inside the steady window: latency percentiles fall back to the whole level.
+STEADY_LATENCY_MIN = 3
+
+
+def steady_requests(records: Sequence[RequestRecord], window: tuple[float, float] | None) -> tuple[
+        list[RequestRecord], str]:
+    """The successful requests whose latency describes the level's load: those sent and finished
+    inside the steady window (no ramp-up, no drain), where it holds at least
+    :data:`STEADY_LATENCY_MIN` of them; else every successful request. Also which it was, in words."""
+    ok = [r for r in records if r.ok]
+    if window is None:
+        return ok, "whole level (no steady window: an open-loop level, or no more requests than slots)"
+    start, end = window
+    inside = [r for r in ok if r.send_time_s >= start and _end_s(r) <= end]
+    if len(inside) < STEADY_LATENCY_MIN:
+        return ok, f"whole level ({len(inside)} requests inside the steady window, fewer than {STEADY_LATENCY_MIN})"
+    return inside, f"steady window ({len(inside)} of {len(ok)} requests: ramp-up and drain left out)"
+
+
 def summarise_level(
     records: Sequence[RequestRecord],
     *,
@@ -109,6 +128,8 @@ def summarise_level(
     duration = level_duration_s(records)
     shape = load_shape(records, concurrency, rate)
     whole_level_tok_s = tokens / duration if duration and ok else None
+    window = shape["steady_window_s"]
+    timed, latency_window = steady_requests(records, tuple(window) if window else None)
     chunk_tokens = sum(r.output_tokens or 0 for r in ok if r.chunks)
     chunks = sum(r.chunks for r in ok if r.output_tokens)
     level: dict[str, Any] = {
@@ -121,11 +142,12 @@ def summarise_level(
         # No success, no throughput: 0.0 would read as a (very slow) measurement. Closed loop:
         # read within the steady window (ramp-up and drain left out) where the level has one.
         "output_tok_s": shape["output_tok_s_steady"] if shape["output_tok_s_steady"] else whole_level_tok_s,
-        "ttft_s_median": median([r.ttft_s for r in ok]),
-        "ttft_s_p99": quantile([r.ttft_s for r in ok if r.ttft_s is not None], 0.99),
-        "tpot_s_median": median([r.tpot_s for r in ok]),
-        "tpot_s_p99": quantile([r.tpot_s for r in ok if r.tpot_s is not None], 0.99),
-        "e2e_s_median": median([r.e2e_s for r in ok]),
+        # latency, like tok/s, within the steady window where it holds enough requests (latency_window)
+        "ttft_s_median": median([r.ttft_s for r in timed]),
+        "ttft_s_p99": quantile([r.ttft_s for r in timed if r.ttft_s is not None], 0.99),
+        "tpot_s_median": median([r.tpot_s for r in timed]),
+        "tpot_s_p99": quantile([r.tpot_s for r in timed if r.tpot_s is not None], 0.99),
+        "e2e_s_median": median([r.e2e_s for r in timed]),
         "tokens_per_chunk_mean": chunk_tokens / chunks if chunks else None,
         "acceptance_rate": counters.acceptance_rate if counters else None,
         "mean_acceptance_length": counters.mean_acceptance_length if counters else None,
@@ -136,6 +158,7 @@ def summarise_level(
     # Beside the contract keys: what a careful reader wants next.
     level.update(shape)
     level["output_tok_s_level"] = whole_level_tok_s
+    level["latency_window"] = latency_window
     level["ttfa_s_median"] = median([r.ttfa_s for r in ok])
     level["tpot_s_mean"] = statistics.fmean([r.tpot_s for r in ok if r.tpot_s is not None]) if any(
         r.tpot_s is not None for r in ok) else None

