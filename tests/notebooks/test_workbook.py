@@ -13,7 +13,7 @@ import pytest
 from speclab.cli.workbook import run_notebook
 from speclab.errors import SpeclabError
 from speclab.runs import Run
-from tests.notebooks.html_checks import assert_html_free_of_local_paths
+from tests.notebooks.html_checks import assert_html_free_of_local_paths, assert_html_numbers_humane
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -58,7 +58,14 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
         assert (folder / "report.html").stat().st_size > 10_000
         assert _errors(folder / "notebook.ipynb") == []
         assert_html_free_of_local_paths(folder, tmp_path)
+        assert_html_numbers_humane(folder)
     assert (baseline / "requests.parquet").exists() and (ngram / "summary.json").exists()
+    # the report opens with the configuration the baseline's search recommended, and no caveat
+    # of any notebook says its own run is still running
+    html = (report / "report.html").read_text()
+    assert "Before any restart, the baseline" in html and (baseline / "recommended-config.json").exists()
+    for folder in (baseline, ngram, eagle, report):
+        assert "has not finished" not in (folder / "report.html").read_text()
     assert Run.open(ngram).manifest["baseline_run"] == str(baseline)
     assert Run.open(eagle).manifest["baseline_run"] == str(baseline) and Run.open(eagle).manifest["method"] == "eagle3"
     # after the restart, 02 splits the option's own steps: speculative mode's cost and a draft token's price

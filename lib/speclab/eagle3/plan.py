@@ -269,7 +269,7 @@ class Plan:
             ("training tokens per epoch", self.total_tokens, "tokens", fmt_count(self.total_tokens)),
             ("data generation, one replica", self.datagen_hours, "hours", fmt_hours(self.datagen_hours)),
             ("data generation", self.datagen_device_hours, t.hours_unit, fmt_hours(self.datagen_device_hours, t.hours_unit)),
-            ("training step", s.step_s, "seconds", f"{s.step_s:.3g} s per {s.tokens_per_step:,} tokens"),
+            ("training step", s.step_s * 1e3, "ms", f"{fmt_seconds(s.step_s)} per {s.tokens_per_step:,} tokens"),
             ("training", self.train_hours, s.hours_unit, fmt_hours(self.train_hours, s.hours_unit)),
             ("GPU-hours in all", self.gpu_hours, "GPU-hours", fmt_hours(self.gpu_hours, "GPU-hours")),
             ("cost", self.cost_usd, "USD", self.cost_text()),
@@ -376,7 +376,7 @@ def scaled_step_time(record: dict[str, Any], head: HeadShape, *, case: str | Non
     if measured != mine:
         scaling = (f"the {device} step measured for the case {chosen['name']} (hidden {measured.hidden:,},"
                    f" intermediate {measured.intermediate:,}, draft vocabulary {measured.draft_vocab:,};"
-                   f" {float(chosen['step_s']):.3f} s per {int(chosen['tokens_per_step']):,} tokens) scaled x{ratio:.3g}"
+                   f" {fmt_seconds(float(chosen['step_s']))} per {int(chosen['tokens_per_step']):,} tokens) scaled x{ratio:.3g}"
                    f" to a head for {target_name} (hidden {mine.hidden:,}, {mine.heads} heads of {mine.head_dim},"
                    f" intermediate {mine.intermediate:,}, draft vocabulary {mine.draft_vocab:,}) by training FLOPs"
                    f" per token at the same recipe ({int(chosen['seq_len']):,} tokens, {int(chosen['ttt_steps'])} TTT steps)")
@@ -387,6 +387,15 @@ def scaled_step_time(record: dict[str, Any], head: HeadShape, *, case: str | Non
                     step_s=float(chosen["step_s"]) * ratio, tokens_per_step=int(chosen["tokens_per_step"]),
                     ttt_steps=int(chosen["ttt_steps"]), draft_vocab=mine.draft_vocab, seq_len=int(chosen["seq_len"]),
                     name=str(chosen["name"]), scale=ratio, scaling=scaling)
+
+
+def fmt_seconds(seconds: float) -> str:
+    """A duration in the unit a reader thinks in: ``2.72 ms``, ``1.35 s``, ``2.1 min``."""
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds < 120.0:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60.0:.3g} min"
 
 
 def fmt_bytes(n: float) -> str:

@@ -145,7 +145,26 @@ def _run_caveats(run: RunData, own: bool) -> list[tuple[Kind, str]]:
     for problem in run.server.get("contradictions") or []:
         notes.append((Kind.CONTRADICTION, scrub_paths(problem)))
     notes += _cost_model_caveats(run)
+    notes += _beyond_sweep(run)
     return notes
+
+
+def _beyond_sweep(run: RunData) -> list[tuple[Kind, str]]:
+    """Traffic the run was told about at concurrencies its sweep did not measure: every figure
+    there (payback, the configuration search) is left out, and the reader is told how to add it."""
+    params = run.manifest.get("params") or {}
+    traffic = params.get("traffic") or []
+    if run.levels.empty or "concurrency" not in run.levels or not traffic:
+        return []
+    swept = sorted({int(c) for c in run.levels["concurrency"].dropna()})
+    if not swept:
+        return []
+    beyond = [t for t in traffic if not swept[0] <= float(t.get("concurrency", 0)) <= swept[-1]]
+    if not beyond:
+        return []
+    where = ", ".join(f"{float(t['concurrency']):g} ({float(t.get('hours_per_day', 0)):g} h a day)" for t in beyond)
+    return [(Kind.BEYOND_SWEEP, f"traffic at concurrency {where} lies beyond the sweep ({swept[0]}-{swept[-1]}): no "
+                                "payback or configuration figure is judged there; add it to concurrency to judge it.")]
 
 
 def _level_path_caveats(levels: pd.DataFrame) -> list[tuple[Kind, str]]:
