@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -598,3 +598,35 @@ def explain_seeds_moe(scenario: SeedScenario, baseline_run: str | None = None) -
     label = f"{acceptance['label']} ({STAND_IN_NAME} stand-in)" if acceptance.get("stand_in") else acceptance["label"]
     best.insert(0, "acceptance", [label if o.startswith("ngram") else "borrowed" for o in best["option"]])
     return best
+
+
+class SeedsCase(NamedTuple):
+    """04's seeds' case in one bundle: the scenario and its acceptance, the curves and routings
+    it was priced with, the explanation in parts, the budget table, and the lines to print."""
+
+    scenario: SeedScenario
+    acceptance: dict[str, Any]
+    kimi_curve: VerifyCurve
+    routings: list[RoutingModel]
+    explanation: SeedsExplanation
+    table: pd.DataFrame
+    lines: list[str]
+
+
+def seeds_case_step(params: MoESpecParams, gpu: pd.DataFrame, step_forms: dict[str, PartForms],
+                    fit: FittedRouting | None) -> SeedsCase:
+    """04's seeds' case as one step: the scenario (``params.scenario`` or the seeds' figures),
+    n-gram's acceptance, the TP-8 rank's MoE line beside the full-expert layer's (fitted on the
+    H200 step curves), the routings, the explanation in parts and the budget sweep."""
+    scenario = load_scenario(params)
+    acceptance = ngram_acceptance(params, scenario)
+    rank = seeds_forms(step_forms)
+    costs = seeds_moe_costs(gpu, rank)  # the TP-8 rank's MoE line beside the full-expert layer's
+    routings = seeds_routings(params, fit)
+    explanation = seeds_explanation(scenario, acceptance, costs, routings, forms=rank)
+    table = seeds_case(params, scenario, costs, routings, acceptance, forms=rank)
+    lines = [f"acceptance ({acceptance['label']}): {acceptance['source']}",
+             f"tokens per step {acceptance['tokens_per_step']:.3f}, verified per step "
+             f"{acceptance['verified_tokens_per_seq']:.3f}", *explanation.statements]
+    # the seeds' case is Kimi-K2.5 whatever 04's shape
+    return SeedsCase(scenario, acceptance, curve_for(gpu, "kimi-k2.5"), routings, explanation, table, lines)
