@@ -22,7 +22,7 @@ from speclab.predict.replay import (
     summarise_steps,
 )
 
-DATA = Path(__file__).parents[1] / "data" / "predict"
+DATA = Path(__file__).parents[2] / "data" / "predict"
 NGRAM = SpecOption(method="ngram", num_speculative_tokens=4, prompt_lookup_min=2, prompt_lookup_max=4)
 
 

@@ -41,7 +41,7 @@ def test_predicted_speedup_follows_acceptance_verify_cost_and_draft_time(tmp_pat
     from speclab.predict.timings import level_timings
 
     base = tmp_path / "baseline"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "predict" / "f32-baseline", base)
+    shutil.copytree(Path(__file__).resolve().parents[2] / "data" / "predict" / "f32-baseline", base)
     (base / "cost_model.json").write_text(json.dumps(
         {"source": "explicit", "verify": {"overhead_s": 0.002, "per_token_s": 0.001, "exponent": 1.0}}))
     predicted = pd.DataFrame([{"category": "all", "mean_acceptance_length": 2.0}])
@@ -69,7 +69,7 @@ def _recorded_baseline():
 
     from speclab.runfolder import load_run
 
-    return load_run(Path(__file__).resolve().parents[1] / "data" / "predict" / "f32-baseline")
+    return load_run(Path(__file__).resolve().parents[2] / "data" / "predict" / "f32-baseline")
 
 
 def test_the_embedded_plan_prices_no_cpu_hour_and_uses_the_baselines_measured_speed(tmp_path) -> None:
@@ -111,7 +111,7 @@ def test_a_plan_for_another_model_needs_its_speed_and_external_rates_are_gpu_hou
     from speclab.errors import SpeclabError
     from speclab.params import Eagle3Params
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     base = _recorded_baseline()
     other = Eagle3Params.validate_values({"mode": "embedded", "plan_target_config": str(root / KIMI_CONFIG)})
     with pytest.raises(SpeclabError, match="plan_prefill_tokens_per_s"):

@@ -24,7 +24,7 @@ from speclab.report.caveats import Caveat, Kind
 from speclab.runs import Run
 from speclab.sections import write_section
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "predict"
+DATA = Path(__file__).resolve().parents[2] / "data" / "predict"
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from speclab.predict.stepparts import (
     verify_vs_standin,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_allreduce_is_flat_at_decode_sizes_and_bandwidth_bound_past_them() -> None:

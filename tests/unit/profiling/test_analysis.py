@@ -31,7 +31,7 @@ from speclab.profiling import (
 from speclab.profiling.analysis import self_times
 from speclab.profiling.trace import find_trace_files, iter_event_batches
 
-TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 GPU_DIR = TRACES / "h200-qwen2moe"
 CPU_DIR = TRACES / "vllm-cpu-ngram"
 

@@ -26,7 +26,7 @@ from speclab.runfolder import HeadPoint, ProbePoint, read_points
 from speclab.urls import Endpoint
 from tests.fakes.fake_prefix_engine import FakePrefixEngine
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _records(n: int = 6, length: int = 70) -> list[dict]:

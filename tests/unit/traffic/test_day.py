@@ -323,7 +323,7 @@ def test_baseline_hook_puts_traffic_next_to_the_benchmark_prediction(tmp_path: P
     from speclab.traffic.workbook import traffic_for_baseline
 
     run = tmp_path / "baseline"
-    shutil.copytree(Path(__file__).parents[1] / "data" / "predict" / "f32-baseline", run)
+    shutil.copytree(Path(__file__).parents[2] / "data" / "predict" / "f32-baseline", run)
     log = write_log(tmp_path / "log.jsonl", 120, seed=8)
     params = BaselineParams(mode="embedded", traffic_log=str(log), traffic_model=str(model_folder),
                             predict_methods=["ngram"], verify_cost="baseline_slope")
@@ -352,7 +352,7 @@ def test_cli_takes_the_cost_model_and_restart_time_of_a_baseline_run(tmp_path: P
     import shutil
 
     baseline = tmp_path / "baseline"
-    shutil.copytree(Path(__file__).parents[1] / "data" / "predict" / "f32-baseline", baseline)
+    shutil.copytree(Path(__file__).parents[2] / "data" / "predict" / "f32-baseline", baseline)
     (baseline / "cost_model.json").write_text(json.dumps({"source": "baseline_slope"}))
     manifest = json.loads((baseline / "manifest.json").read_text())
     manifest.setdefault("server", {})["load_time_s"] = 90.0

@@ -26,7 +26,7 @@ from speclab.predict.costmodel import (
 )
 from speclab.predict.payback import payback_hours
 
-DATA = Path(__file__).parents[1] / "data" / "predict"
+DATA = Path(__file__).parents[2] / "data" / "predict"
 
 
 def _truth(batch: float, n: float, o: float = 0.004, d: float = 0.0025) -> float:

@@ -13,7 +13,7 @@ from speclab.moe.seeds import SeedScenario
 from speclab.params import MoESpecParams
 from speclab.predict.stepparts import LABELS, load_gpu_step
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STAND_IN_RUN = str(ROOT / "tests/data/predict/f32-baseline")
 
 

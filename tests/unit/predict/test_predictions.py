@@ -10,7 +10,7 @@ from speclab.predict.accuracy import compare_predicted_measured
 from speclab.predict.predictions import PREDICTED_LOSS, PREDICTED_UNCLEAR, PREDICTED_WIN
 from speclab.predict.stepmodel import calibrate_from_runs
 
-RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
+RUNS = Path(__file__).resolve().parents[2] / "data" / "predict"
 
 
 @pytest.fixture(scope="module")

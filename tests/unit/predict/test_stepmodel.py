@@ -17,7 +17,7 @@ from speclab.predict.stepmodel import calibrate_from_runs, with_baseline_steps
 from speclab.predict.timings import calibration_steps
 from speclab.report.tables import verify_cost_table
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "predict"
+DATA = Path(__file__).resolve().parents[2] / "data" / "predict"
 BASE, SPEC = DATA / "stream-f32-baseline", DATA / "stream-f32-ngram"
 
 

@@ -17,7 +17,7 @@ from speclab.profiling.capture import capture_profile, collect_traces, wait_for_
 from speclab.runs import Run
 from speclab.urls import Endpoint
 
-FIXTURE = next((Path(__file__).resolve().parents[1] / "data" / "traces" / "h200-qwen2moe").glob("*.gz"))
+FIXTURE = next((Path(__file__).resolve().parents[2] / "data" / "traces" / "h200-qwen2moe").glob("*.gz"))
 
 
 class FakeProfiler:

@@ -10,7 +10,7 @@ from speclab.errors import SpeclabError
 from speclab.measure.identity import contradictions, probe_server, speculative_config_from_argv
 from speclab.options import SpecOption
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 METRICS = DATA / "metrics"
 
 

@@ -79,7 +79,7 @@ def test_a_run_that_never_drafted_gives_the_mode_cost_and_no_price() -> None:
     assert np.isnan(parts.iloc[0]["draft_token_ms"])
 
 
-RUNS = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "predict"
+RUNS = __import__("pathlib").Path(__file__).resolve().parents[2] / "data" / "predict"
 
 
 def test_recorded_runs_split_into_a_price_and_a_small_mode_cost() -> None:

@@ -14,7 +14,7 @@ from speclab.predict.predictions import predict_from_baseline
 from speclab.predict.stepmodel import calibrate_from_runs
 from speclab.predict.timings import spec_level_points
 
-RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
+RUNS = Path(__file__).resolve().parents[2] / "data" / "predict"
 
 
 def test_steps_come_from_the_stream_when_counters_over_count_accepted_tokens() -> None:

@@ -29,7 +29,7 @@ from speclab.measure.metrics import (
 )
 from speclab.urls import Endpoint
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "metrics"
+DATA = Path(__file__).resolve().parents[2] / "data" / "metrics"
 LV = 'engine="0",model_name="m"'
 
 

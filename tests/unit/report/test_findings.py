@@ -10,7 +10,7 @@ from speclab.profiling import analyse_profile
 from speclab.report import findings
 from speclab.sections import read_section
 
-TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from speclab.profiling.hta import compare_with_hta, hta_agrees  # noqa: E402
 # HTA 0.5 on pandas 3 warns about its own inplace drops
 pytestmark = pytest.mark.filterwarnings("ignore::Warning:hta")
 
-TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ from speclab.moe.traces import (
     vllm_routed_experts,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "moe"
+DATA = Path(__file__).resolve().parents[2] / "data" / "moe"
 TRUTH = np.load(DATA / "routes_truth.npy")
 
 
