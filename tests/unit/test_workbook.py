@@ -1,4 +1,5 @@
-"""01's predictions in parts, from a 00-profile run of the same server (a recorded CPU trace)."""
+"""The notebooks' steps (speclab.workbook): 01's predictions in parts, from a 00-profile run of the same
+server (a recorded CPU trace), and 02's inputs checked before any run folder is made."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from speclab.profiling import analyse_profile
 from speclab.runs import Run
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+RUNS = Path(__file__).resolve().parents[1] / "data" / "predict"
 
 
 def test_a_profile_run_splits_each_predicted_speedup_into_labelled_parts(tmp_path: Path) -> None:
@@ -35,3 +37,15 @@ def test_a_profile_run_splits_each_predicted_speedup_into_labelled_parts(tmp_pat
     at4 = parts[parts["concurrency"] == 4].set_index("part")["speedup_change"]
     assert at4["other_gemm"] < at4["attention"] < 0
     assert wb.prediction_parts(BaselineParams.validate_values({}), predicted).empty
+
+
+def test_a_run_to_learn_from_is_checked_before_any_run_folder_is_made(tmp_path) -> None:
+    from speclab.errors import SpeclabError
+    from speclab.params import SpecParams
+    from speclab.workbook import check_notebook_inputs
+
+    params = SpecParams.validate_values({"baseline_run": str(RUNS / "stream-f32-baseline"),
+                                         "spec_mode_overhead_from": str(tmp_path / "gone")})
+    with pytest.raises(SpeclabError, match="spec_mode_overhead_from: .* is not a finished 02-ngram run"):
+        check_notebook_inputs(params)
+    check_notebook_inputs(params.model_copy(update={"spec_mode_overhead_from": str(RUNS / "stream-f32-ngram")}))

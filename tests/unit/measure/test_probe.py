@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -20,13 +19,10 @@ from speclab.measure.probe import (
     run_head_probe,
     run_probe,
 )
-from speclab.predict.predictions import _overhead_range
-from speclab.predict.probefit import fit_probe, head_curve, lm_head_ratio
+from speclab.predict.probefit import fit_probe, head_curve
 from speclab.runfolder import HeadPoint, ProbePoint, read_points
 from speclab.urls import Endpoint
 from tests.fakes.fake_prefix_engine import FakePrefixEngine
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _records(n: int = 6, length: int = 70) -> list[dict]:
@@ -108,15 +104,6 @@ def test_a_server_without_prefix_caching_is_refused_naming_the_flag() -> None:
         "vllm", 16, True, "/server_info cache_config")
 
 
-def test_the_lm_head_share_comes_from_the_model_config() -> None:
-    smollm = {"hidden_size": 576, "vocab_size": 49152, "num_hidden_layers": 30, "num_attention_heads": 9,
-              "num_key_value_heads": 3, "intermediate_size": 1536}
-    assert lm_head_ratio(smollm) == pytest.approx(0.2667, abs=0.001)
-    kimi = json.loads((ROOT / "params/examples/kimi-k25-8xpcie/kimi-k25-config.json").read_text())
-    assert 0.02 < (lm_head_ratio(kimi) or 0) < 0.06  # 1.2 B of head against ~30 B active a token
-    assert lm_head_ratio({"hidden_size": 8}) is None
-
-
 def test_the_head_probe_measures_the_lm_head_rows_a_prefill_skips(tmp_path: Path) -> None:
     # a fake whose prompt_logprobs prefills pay 3 ms a row: verification's extra rows, which the
     # prefix probe cannot see, come out of the pairs and into the fitted verify cost
@@ -171,25 +158,3 @@ def test_the_head_probe_refuses_a_pair_the_cache_served() -> None:
     assert first[0].ok and not again[0].ok and "came from the prefix cache" in str(again[0].refused)
     with pytest.raises(SpeclabError, match="needs 9 real tokens"):
         run_head_probe(Endpoint.parse("http://127.0.0.1:9"), "fake", [1, 2, 3], rows=(8,))
-
-
-def test_the_speculative_mode_range_decides_or_names_what_would() -> None:
-    interval = {"predicted_speedup_low": 1.1, "predicted_speedup_high": 1.3, "predicted_verdict": "x"}
-    # 20 ms steps at 1.2x: the point breaks even at 4 ms of speculative-mode cost, inside 1-6 ms
-    unclear = _overhead_range(1.2, 0.020, interval, (0.001, 0.006))
-    assert unclear["interval"]["predicted_verdict"] == ("unclear: wins unless speculative mode costs more than "
-                                                        "4.0 ms a step (range 1-6 ms)")
-    assert unclear["speedup"] == pytest.approx(1.2 * 0.020 / 0.0235)
-    assert unclear["interval"]["predicted_speedup_low"] == pytest.approx(1.1 * 20 / 26)
-    # outside the range the interval itself is what leaves it open
-    assert _overhead_range(1.2, 0.020, interval, (0.0005, 0.003))["interval"]["predicted_verdict"].startswith(
-        "unclear: the interval includes 1")
-    win = _overhead_range(1.6, 0.020, {**interval, "predicted_speedup_low": 1.5, "predicted_speedup_high": 1.7},
-                          (0.0005, 0.003))
-    assert win["interval"]["predicted_verdict"] == "predicted to win"
-    assert win["break_even_overhead_ms"] == pytest.approx(12.0)
-    lose = _overhead_range(0.8, 0.020, {**interval, "predicted_speedup_low": 0.7, "predicted_speedup_high": 0.9},
-                           (0.0005, 0.003))
-    assert lose["interval"]["predicted_verdict"] == "predicted to lose" and lose["break_even_overhead_ms"] == 0.0
-    measured = _overhead_range(1.2, 0.020, interval, None)
-    assert measured["interval"] is interval and measured["range_text"] == "measured (calibrate)"

@@ -1,4 +1,4 @@
-"""MoE routing models, the verify-cost line, the expert budget and the seeds' case."""
+"""MoE routing models, distinct experts, the verify-cost line and the expert budget (speclab.moe.models)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from speclab.moe.models import (
     simulate_distinct,
     trace_distinct_curve,
 )
-from speclab.moe.seeds import MoECost, SeedScenario, SeedStepModel, predict_budget_speedups, rank_forms
+from tests.unit.moe.helpers import linear_curve
 
 
 @pytest.mark.parametrize(("experts", "top_k"), [(384, 8), (64, 8), (128, 4)])
@@ -76,14 +76,8 @@ def test_parse_routing_and_bad_values() -> None:
         RoutingModel(64, 8, rho=1.0)
 
 
-def _linear_curve(fixed: float = 0.01, per_expert: float = 0.05) -> VerifyCurve:
-    rows = [{"routing": "uniform", "tokens": n, "distinct_experts": d, "step_s": fixed + per_expert * d}
-            for n, d in [(1, 8), (2, 15.8), (4, 31), (8, 59.5), (16, 110), (64, 300)]]
-    return VerifyCurve(pd.DataFrame(rows), top_k=8, experts=384)
-
-
 def test_verify_curve_recovers_a_known_line() -> None:
-    curve = _linear_curve(0.01, 0.05)
+    curve = linear_curve(0.01, 0.05)
     assert curve.fixed_s == pytest.approx(0.01, rel=1e-6)
     assert curve.per_expert_s == pytest.approx(0.05, rel=1e-6)
     assert curve.per_token_s == pytest.approx(0.0, abs=1e-9)
@@ -114,7 +108,7 @@ def test_budget_equal_to_all_experts_is_no_budget() -> None:
 
 
 def test_budget_of_k_costs_a_one_token_step() -> None:
-    curve = _linear_curve()
+    curve = linear_curve()
     table = budget_sweep(RoutingModel(384, 8, 1.0), 5, [8, 384], curve=curve, samples=50)
     at_k = table[table["budget"] == 8]
     assert (at_k["experts_loaded"] == 8).all()
@@ -150,25 +144,6 @@ def test_loaded_per_step_unions_sequences_and_caps_by_budget() -> None:
         (loaded_per_step(model, 1, 2.0, samples=200) + loaded_per_step(model, 1, 3.0, samples=200)) / 2)
 
 
-def _line_cost() -> MoECost:
-    curve = _linear_curve()
-    return MoECost("test line", "test", lambda d, t: float(curve.step_s(d, t)))
-
-
-def test_step_model_budget_all_experts_equals_no_budget() -> None:
-    scenario = SeedScenario(concurrency=[1, 8])
-    routing = RoutingModel(384, 8, 1.0)
-    forms = rank_forms()
-    plain = SeedStepModel(scenario, forms, _line_cost(), routing, samples=100)
-    full = SeedStepModel(scenario, forms, _line_cost(), routing, budget=384, samples=100)
-    tight = SeedStepModel(scenario, forms, _line_cost(), routing, budget=8, samples=100)
-    for c in (1, 8):
-        # the parts reproduce the seeds' measured decode step (the unexplained part closes the gap)
-        assert plain.baseline_step_s(c) == pytest.approx(scenario.baseline_step_s(c))
-        assert full.step_time_s(c, 5.0) == pytest.approx(plain.step_time_s(c, 5.0))
-        assert tight.step_time_s(c, 5.0) < plain.step_time_s(c, 5.0)
-
-
 def test_fit_recovers_independent_uniform_routing() -> None:
     rng = np.random.default_rng(4)
     routes = np.stack([draw.ids for draw in sample_routing(RoutingModel(64, 8), 300, rng, layers=3)], axis=1)
@@ -181,14 +156,3 @@ def test_fit_recovers_independent_uniform_routing() -> None:
 def test_trace_curve_needs_three_dimensions() -> None:
     with pytest.raises(SpeclabError, match="tokens, layers, top_k"):
         trace_distinct_curve(np.zeros((4, 8)), [1, 2])
-
-
-def test_budget_speedups_table_shape() -> None:
-    scenario = SeedScenario(concurrency=[1, 16])
-    options = [{"option": "ngram", "k": 4, "tokens_per_step": 1.5, "verified_tokens_per_seq": 2.0}]
-    table = predict_budget_speedups(scenario, rank_forms(), _line_cost(), RoutingModel(384, 8), options, [None, 16],
-                                    samples=60)
-    assert len(table) == 4 and set(table["budget"]) == {"none", 16}
-    base = table[table["budget"] == "none"].set_index("concurrency")["predicted_speedup"]
-    budget = table[table["budget"] == 16].set_index("concurrency")["predicted_speedup"]
-    assert (budget >= base - 1e-9).all()

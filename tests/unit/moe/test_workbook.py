@@ -1,30 +1,16 @@
-"""The seeds' case from shipped data: the H200 curves, what the model predicts per concurrency
-and which part drives it, every part labelled, the stand-in named."""
+"""04-moespec's steps (speclab.moe.workbook) on shipped data: the H200 layer curves against the
+reference, the GPU step curves' verify steps and fits, the budgets on both MoE lines, and the MoE
+engine measurement's table."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from speclab.moe import seeds as ms
 from speclab.moe import workbook as mw
-from speclab.moe.seeds import SeedScenario
+from speclab.moe.workbook import engine_table
 from speclab.params import MoESpecParams
-from speclab.predict.stepparts import LABELS, load_gpu_step
-
-ROOT = Path(__file__).resolve().parents[3]
-STAND_IN_RUN = str(ROOT / "tests/data/predict/f32-baseline")
-
-
-@pytest.fixture(scope="module")
-def gpu():
-    return mw.gpu_bench_frame(MoESpecParams(cpu_bench=False))
-
-
-@pytest.fixture(scope="module")
-def costs(gpu):
-    return mw.seeds_moe_costs(gpu)
+from speclab.predict.stepparts import load_gpu_step
+from tests.unit.helpers import STAND_IN_RUN
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +36,6 @@ def test_reference_zipf_needs_a_steeper_exponent_than_ours() -> None:
     assert table.loc[table["closest"], "zipf_s"].iloc[0] >= 2.0
 
 
-def test_gpu_step_curves_record_the_machine_and_cover_the_grid(steps) -> None:
-    assert set(steps["shape"]) == {"dense-8b", "moe-30b-a3b", "kimi-k2.5-tp8-rank"}
-    for shape, machine in steps.attrs["machine"].items():
-        assert machine["gpu_name"] == "NVIDIA H200" and machine["driver"] and machine["torch"], shape
-        assert machine["date_utc"] and machine["triton"]
-        assert max(machine["checks_rel_error"].values()) < 1e-2  # the Triton attention and grouped GEMMs are right
-        part = steps[steps["shape"] == shape]
-        grid = set(zip(part["batch"], part["n"], part["context"], strict=True))
-        assert {(b, n, c) for b in (1, 2, 4, 8, 16, 32, 64) for n in (1, 2, 4, 8) for c in (1024, 4096)} <= grid
-        assert (512, 1, 4096) in grid  # baseline_slope's stand-in for B = 64, n = 8
-        assert steps.attrs["shapes"][shape]["cuda_graphs"]
-
-
 def test_a_verify_step_is_not_its_stand_in(steps) -> None:
     table = mw.standin_table(steps, 5).set_index(["shape", "context", "batch"])
     dense = table.loc[("dense-8b", 4096, 64)]
@@ -86,77 +59,6 @@ def test_the_step_models_form_cannot_express_the_gpu_and_the_parts_form_can(step
     assert set(rows["part"]) >= {"attention", "moe", "other_gemm", "other", "step"}
 
 
-# What the model predicts for the seeds' deployment with its default, assumed acceptance (alpha 0.5
-# at k = 4, drafts on every step), uniform routing, the TP-8 rank's MoE line: concurrency ->
-# (verdict, change in %, the part whose extra time costs the most speedup).
-SEEDS_TP8_UNIFORM = {
-    1: ("win", 47.5, "spec_mode_overhead"), 2: ("win", 36.6, "moe"), 4: ("win", 23.0, "moe"),
-    8: ("win", 5.1, "moe"), 16: ("loss", -6.0, "moe"), 32: ("loss", -7.5, "communication"),
-    64: ("loss", -6.6, "communication"), 128: ("loss", -7.8, "communication"),
-}
-SEEDS_STATEMENT = ("uniform routing, TP-8 rank MoE line: a loss at concurrency 16: -6 % (moe), 32: -7 % "
-                   "(communication), 64: -7 % (communication), 128: -8 % (communication); a win at 1 (1.47x), "
-                   "2 (1.37x), 4 (1.23x), 8 (1.05x).")
-
-
-def test_the_seeds_prediction_per_concurrency(costs) -> None:
-    result = ms.explain_seeds(moe_curves=costs, routings=["uniform"])
-    assert result.statements[1] == SEEDS_STATEMENT
-    tp8 = result.summary[result.summary["moe_curve"] == "TP-8 rank"].set_index("concurrency")
-    for c, (verdict, change, driver) in SEEDS_TP8_UNIFORM.items():
-        assert tp8.loc[c, "verdict"] == verdict, c
-        assert tp8.loc[c, "change_pct"] == pytest.approx(change, abs=1.0), c
-        assert tp8.loc[c, "driving_part"] == driver, c
-    # No concurrency reaches the measured 9-26 % loss on this line: the model shows less than the seeds saw.
-    assert not tp8["within_measured_band"].any()
-    # The full-expert layer's line (whole experts on one GPU) loses from concurrency 2, driven by the MoE part
-    # up to 32 and by communication at 64 and 128.
-    full = result.summary[result.summary["moe_curve"] == "full-expert layer"].set_index("concurrency")
-    assert list(full["verdict"]) == ["win"] + ["loss"] * 7
-    assert list(full.loc[[2, 4, 8, 16, 32], "driving_part"]) == ["moe"] * 5
-    assert list(full.loc[[64, 128], "driving_part"]) == ["communication"] * 2
-    # At concurrency 1 the model predicts a win the seeds contradict: the speculative mode's overhead
-    # that would explain the measured loss is several times the borrowed range.
-    one = result.overhead_needed.set_index(["moe_curve", "concurrency"]).loc[("TP-8 rank", 1)]
-    assert one["overhead_for_9pct_loss_ms"] == pytest.approx(12.2, abs=0.5)
-    assert one["overhead_for_9pct_loss_ms"] > 3 * SeedScenario().spec_mode_overhead_ms[1]
-    # The parts explain 60 % of the seeds' step at 128; the rest is labelled, and grows with sequences.
-    check = result.baseline_check.set_index(["moe_curve", "concurrency"])
-    assert check.loc[("TP-8 rank", 128), "parts_explain_pct"] == pytest.approx(60.4, abs=2)
-    assert check["model_step_ms"].to_numpy() == pytest.approx(check["measured_step_ms"].to_numpy())
-
-
-def test_no_part_is_unlabelled_and_the_old_assumption_is_named(costs) -> None:
-    result = ms.explain_seeds(moe_curves=costs, routings=["uniform", "zipf1.0"])
-    assert set(result.parts["label"]) <= set(LABELS)
-    assert result.parts["source"].str.len().min() > 20
-    assert set(result.parts["part"]) == {"acceptance", "communication", "attention", "moe", "other_gemm", "other",
-                                         "unexplained", "spec_mode_overhead"}
-    old = ms.explain_seeds(SeedScenario(scaling="linear_in_tokens"), moe_curves=costs, routings=["uniform"])
-    named = old.parts[old.parts["part"].isin(["communication", "attention", "other_gemm", "other"])]
-    assert (named["label"] == "assumed").all() and named["source"].str.contains("linear in the step's tokens").all()
-    # the old assumption prices every draft token as a new sequence: it predicts far larger losses
-    new_tp8 = result.summary[(result.summary["moe_curve"] == "TP-8 rank") & (result.summary["routing"] == "uniform")]
-    old_tp8 = old.summary[old.summary["moe_curve"] == "TP-8 rank"]
-    assert (old_tp8["speedup"].to_numpy()[4:] < new_tp8["speedup"].to_numpy()[4:] - 0.2).all()
-
-
-def test_the_stand_in_is_named_wherever_its_acceptance_is_used(costs) -> None:
-    params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=STAND_IN_RUN, budgets=[8, 32])
-    scenario = mw.load_scenario(params)
-    acceptance = mw.ngram_acceptance(params, scenario)
-    assert acceptance["stand_in"] and acceptance["label"] == "borrowed"
-    assert "SmolLM2-135M stand-in" in acceptance["source"] and 1.1 < acceptance["tokens_per_step"] < 1.5
-    result = ms.explain_seeds(scenario, acceptance, moe_curves=costs, routings=["uniform"])
-    assert "SmolLM2-135M stand-in" in result.statements[0]
-    assert result.statements[1] == (
-        "uniform routing, TP-8 rank MoE line: a loss at concurrency 8: -1 % (spec_mode_overhead), 16: -7 % (moe), "
-        "32: -8 % (communication), 64: -4 % (communication), 128: -1 % (communication); a win at 1 (1.05x), "
-        "2 (1.04x), 4 (1.01x).")
-    rows = result.parts[result.parts["part"] == "acceptance"]
-    assert rows["source"].str.contains("SmolLM2-135M stand-in").all()
-
-
 def test_budgets_on_both_moe_lines(costs) -> None:
     params = MoESpecParams(cpu_bench=False, acceptance_baseline_run=STAND_IN_RUN, budgets=[8, 32])
     scenario = mw.load_scenario(params)
@@ -172,23 +74,16 @@ def test_budgets_on_both_moe_lines(costs) -> None:
     assert (best["speedup_best_budget"] >= best["speedup_no_budget"] - 1e-9).all()
 
 
-def test_explain_seeds_prints_the_parts_with_labels(capsys) -> None:
-    from speclab.cli import main
-
-    code = main(["explain-seeds", "--routing", "uniform"])
-    out = capsys.readouterr().out
-    assert code == 0 and SEEDS_STATEMENT in out
-    assert "Speedup in parts, uniform routing, TP-8 rank MoE line" in out
-    for header in ("acceptance (assumed)", "communication (borrowed)", "attention (fitted)", "moe (fitted)",
-                   "spec_mode_overhead (borrowed)", "unexplained (fitted)"):
-        assert header in out
-    assert "voipmonitor/rtx6kpro" in out and "vllm#49548" in out
+def _row(model: str, k: int, step_s: float, verified: float) -> dict:
+    return {"model": model, "k": k, "step_s": step_s, "verified_tokens_per_step": verified, "steps": 100,
+            "requests": 3}
 
 
-def test_explain_seeds_with_budgets_names_the_stand_in(capsys) -> None:
-    from speclab.cli import main
-
-    code = main(["explain-seeds", "--routing", "uniform", "--moe-curve", "tp8-rank", "--moe", "--baseline",
-                 STAND_IN_RUN])
-    out = capsys.readouterr().out
-    assert code == 0 and "best_budget" in out and "SmolLM2-135M stand-in" in out
+def test_ratios_are_against_the_same_models_plain_step() -> None:
+    table = engine_table({"rows": [_row("moe", 0, 0.010, 1.0), _row("moe", 4, 0.015, 5.0),
+                                   _row("dense", 0, 0.010, 1.0), _row("dense", 4, 0.011, 5.0)]})
+    four = table[table["k"] == 4].set_index("model")
+    assert four.loc["moe", "step_ratio"] == pytest.approx(1.5)
+    assert four.loc["dense", "step_ratio"] == pytest.approx(1.1)
+    assert four.loc["moe", "extra_ms_per_token"] == pytest.approx(5.0 / 4)
+    assert table[table["k"] == 0]["extra_ms_per_token"].isna().all()

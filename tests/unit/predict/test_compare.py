@@ -1,4 +1,5 @@
-"""speclab.predict.compare: the paired bootstrap speedup, its verdict, and the losslessness check."""
+"""speclab.predict.compare: the paired bootstrap speedup, its verdict, the losslessness check, and
+comparisons a changed host load or a client stall contaminated."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from speclab.predict.compare import (
     TOO_FEW,
     UNCLEAR,
     detectable_divergence,
+    host_load_by_arm,
     judge_losslessness,
+    load_contamination,
     losslessness,
     losslessness_verdict,
     paired_speedups,
@@ -139,3 +142,54 @@ def test_the_check_states_what_divergence_it_can_detect() -> None:
     # too few pairs for any divergence to fail
     assert detectable_divergence(2, 1, 2) is None
     assert "too few" in judge_losslessness(_divergence(1, 2), "bfloat16", self_divergence(_divergence(1, 2))).sentence
+
+
+def _levels(*foreign: float, steal: float = 0.0) -> pd.DataFrame:
+    return pd.DataFrame({"concurrency": list(range(1, len(foreign) + 1)),
+                         "host_load": [{"foreign_cpu_cores": f, "cpu_steal_pct": steal} for f in foreign]})
+
+
+def test_a_comparison_under_changed_load_is_called_contaminated() -> None:
+    quiet = {"baseline": _levels(0.05, 0.1), "ngram": _levels(0.1, 0.05)}
+    assert load_contamination(quiet) is None
+    noisy = {"baseline": _levels(0.05, 0.1), "ngram": _levels(0.7, 0.9)}
+    sentence = load_contamination(noisy)
+    assert sentence is not None and sentence.startswith("CONTAMINATED") and "ngram" in sentence
+    assert "\n" not in sentence
+    stolen = load_contamination({"baseline": _levels(0.1, steal=12.0), "ngram": _levels(0.1)})
+    assert stolen is not None and "steal" in stolen
+    table = host_load_by_arm(noisy).set_index("arm")
+    assert table.loc["ngram", "foreign_cpu_cores_mean"] == pytest.approx(0.8)
+    # runs recorded before host load existed: nothing to say, no error
+    assert load_contamination({"a": pd.DataFrame({"concurrency": [1]}), "b": _levels(0.9)}) is None
+
+
+def _probed(*probe_ms: float) -> pd.DataFrame:
+    return pd.DataFrame({"concurrency": list(range(1, len(probe_ms) + 1)),
+                         "host_load": [{"foreign_cpu_cores": 0.02, "cpu_steal_pct": 0.0, "host_probe_ms": p}
+                                       for p in probe_ms]})
+
+
+def test_a_host_that_ran_slower_during_one_arm_is_named() -> None:
+    steady = {"baseline": _probed(10.0, 10.4, 9.9), "ngram": _probed(10.3, 10.1, 10.6)}
+    assert load_contamination(steady) is None
+    slowed = {"baseline": _probed(10.0, 10.4, 9.9), "ngram": _probed(12.8, 13.1, 12.9)}
+    sentence = load_contamination(slowed)
+    assert sentence is not None and sentence.startswith("CONTAMINATED")
+    assert "29 % slower during ngram than during baseline" in sentence  # 12.9 / 10.0 medians
+    assert host_load_by_arm(slowed).set_index("arm").loc["ngram", "host_probe_ms_median"] == pytest.approx(12.9)
+
+
+def _lagged(*max_lag_s: float) -> pd.DataFrame:
+    return pd.DataFrame({"concurrency": list(range(1, len(max_lag_s) + 1)),
+                         "harness": [{"p99_s": 0.001, "max_s": lag} for lag in max_lag_s]})
+
+
+def test_a_client_stall_during_an_arm_is_named() -> None:
+    # every level of a quiet host lagged <= 0.1 s; a stall of a second lost a stream's timing
+    assert load_contamination({"baseline": _lagged(0.004, 0.09), "ngram": _lagged(0.01, 0.02)}) is None
+    sentence = load_contamination({"baseline": _lagged(0.004, 0.09), "ngram": _lagged(0.01, 1.22)})
+    assert sentence is not None and sentence.startswith("CONTAMINATED")
+    assert "stalled for up to 1.22 s during ngram" in sentence and "baseline" not in sentence.split("during")[1]
+    table = host_load_by_arm({"ngram": _lagged(0.01, 1.22)}).set_index("arm")
+    assert table.loc["ngram", "client_stall_s_max"] == pytest.approx(1.22)

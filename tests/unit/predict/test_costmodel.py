@@ -1,32 +1,29 @@
-"""The cost model on synthetic measurements, the seeds' scenario, payback, and the
-notebook API on a recorded baseline/ngram pair."""
+"""Step-time models on synthetic measurements (speclab.predict.costmodel): Leviathan's formula, the
+calibrated batch model and its fit, the step-level model fitted on engine steps, speedup and
+break-even."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from speclab.errors import SpeclabError
-from speclab.moe.seeds import SeedScenario
 from speclab.predict.costmodel import (
     CalibratedStepTime,
+    StepCost,
     VerifyCost,
     best_k,
     break_even_acceptance_length,
     expected_tokens_per_step,
+    fit_step_cost,
     fit_step_time,
     leviathan_speedup,
     predict_speedup,
     speedup_table,
 )
-from speclab.predict.payback import payback_hours
-
-DATA = Path(__file__).parents[2] / "data" / "predict"
 
 
 def _truth(batch: float, n: float, o: float = 0.004, d: float = 0.0025) -> float:
@@ -132,6 +129,22 @@ def test_baseline_curve_interpolates_and_extrapolates() -> None:
     assert model.baseline_step_s(-100) == pytest.approx(0.002)  # floored, never <= 0
 
 
+def test_a_small_level_pulls_the_fit_less_than_a_large_one() -> None:
+    baseline = pd.DataFrame({"batch": [1.0, 8.0], "step_s": [0.030, 0.040]})
+
+    def points(noisy_steps: float) -> pd.DataFrame:
+        # three levels on the line 1 ms + 1 ms per extra token, and one small level far above it
+        return pd.DataFrame({
+            "batch": [1.0, 4.0, 8.0, 1.0], "verified_tokens_per_seq": [2.0, 2.0, 2.0, 3.0],
+            "baseline_step_s": [0.030, 0.035, 0.040, 0.030],
+            "step_s": [0.032, 0.040, 0.049, 0.030 + 0.013], "steps": [800.0, 800.0, 800.0, noisy_steps]})
+
+    light = fit_step_time(baseline, points(20.0), exponent=1.0).verify
+    heavy = fit_step_time(baseline, points(800.0), exponent=1.0).verify
+    assert light.per_token_s == pytest.approx(0.001, rel=0.15) and light.overhead_s == pytest.approx(0.001, rel=0.5)
+    assert abs(heavy.overhead_s + heavy.per_token_s * 2 - 0.003) > abs(light.overhead_s + light.per_token_s * 2 - 0.003)
+
+
 # --------------------------------------------------------------------------- predictions
 
 
@@ -171,102 +184,77 @@ def test_best_k_balances_acceptance_and_verify_cost() -> None:
     assert list(table["k"]) == [1, 2, 3]
 
 
-# --------------------------------------------------------------------------- payback
+# --------------------------------------------------------------------------- the step-level model
 
 
-def test_payback_hours() -> None:
-    frame = payback_hours(1800, {1: 2.0, 8: 1.5}, [{"concurrency": 1, "hours_per_day": 24}])
-    total = frame.iloc[-1]
-    # 24 h at speedup 2 frees 12 server-hours a day: 0.5 per hour; 0.5 h downtime -> 1 h
-    assert total["server_hours_freed_per_day"] == pytest.approx(12.0)
-    assert total["payback_hours"] == pytest.approx(1.0)
-    assert bool(total["pays_back"])
-    # interpolated speedup between levels
-    frame = payback_hours(1800, {1: 2.0, 8: 1.5}, [{"concurrency": 4.5, "hours_per_day": 12}])
-    assert frame.iloc[0]["speedup"] == pytest.approx(1.75)
+def _synthetic_steps(cost: StepCost, n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    seqs = rng.integers(1, 17, n)
+    context = seqs * rng.integers(100, 900, n)
+    speculative = rng.random(n) < 0.5
+    drafts = np.where(speculative, rng.integers(0, 5, n) * seqs // 2, 0)
+    prefill = np.where(rng.random(n) < 0.1, rng.integers(50, 600, n), 0)
+    duration = np.array([cost.seconds(s, c, d, p, bool(sp)) for s, c, d, p, sp in
+                         zip(seqs, context, drafts, prefill, speculative, strict=True)])
+    duration = duration * rng.lognormal(0.0, 0.03, n)
+    duration[:5] += 1.0  # five hiccups of the host
+    return pd.DataFrame({"decode_seqs": seqs, "context_tokens": context, "draft_tokens": drafts,
+                         "prefill_tokens": prefill, "prefills": (prefill > 0).astype(int), "duration_s": duration,
+                         "matched": True, "speculative": speculative})
 
 
-def test_payback_never_when_the_option_loses() -> None:
-    frame = payback_hours(1800, lambda c: 0.9, [{"concurrency": 8, "hours_per_day": 10}])
-    assert math.isinf(frame.iloc[-1]["payback_hours"]) and not frame.iloc[-1]["pays_back"]
-    with pytest.raises(SpeclabError):
-        payback_hours(1800, {1: 2.0}, [{"concurrency": 1, "hours_per_day": 20}, {"concurrency": 2, "hours_per_day": 8}])
+def test_the_step_fit_recovers_a_known_engine() -> None:
+    truth = StepCost(seq_knots=[1, 2, 4, 8, 16], seq_step_s=[0.030, 0.031, 0.033, 0.036, 0.042],
+                     per_context_token_s=2.5e-6, per_prefill_token_s=3.5e-4, prefill_step_s=0.008,
+                     speculative=VerifyCost(overhead_s=0.003, per_token_s=0.0007))
+    fitted = fit_step_cost(_synthetic_steps(truth, 4000))
+    assert fitted.seq_knots == [1, 2, 4, 8, 16]
+    assert fitted.seq_step_s == pytest.approx(truth.seq_step_s, rel=0.05)
+    assert fitted.per_context_token_s == pytest.approx(2.5e-6, rel=0.15)
+    assert fitted.per_prefill_token_s == pytest.approx(3.5e-4, rel=0.1)
+    assert fitted.speculative.overhead_s == pytest.approx(0.003, rel=0.2)
+    assert fitted.speculative.per_token_s == pytest.approx(0.0007, rel=0.1)
+    assert fitted.speculative.knee_tokens == 1.0  # every draft token costs the same here
+    assert fitted.steps_fitted <= 4000 - 5  # the hiccups were left out
 
 
-# --------------------------------------------------------------------------- the seeds' scenario
+def test_the_step_fit_finds_the_knee_below_which_draft_tokens_are_nearly_free() -> None:
+    """Drafts beside one sequence cost little until the step holds 4 tokens; the fit picks
+    that knee from its candidates, prices the rest, and keeps the knee it is told to."""
+    truth = StepCost(seq_knots=[1, 2, 4, 8, 16], seq_step_s=[0.030, 0.031, 0.033, 0.036, 0.042],
+                     per_context_token_s=2.5e-6, per_prefill_token_s=3.5e-4,
+                     speculative=VerifyCost(overhead_s=0.001, per_token_s=0.002, knee_tokens=4.0))
+    steps = _synthetic_steps(truth, 4000)
+    fitted = fit_step_cost(steps)
+    assert fitted.speculative.knee_tokens == 4.0
+    assert fitted.speculative.per_token_s == pytest.approx(0.002, rel=0.1)
+    # one sequence verifying two drafts (3 tokens, under the knee) pays no draft cost
+    assert fitted.seconds(1, 0, 2, 0, True) - fitted.seconds(1) == pytest.approx(0.001, abs=0.0005)
+    forced = fit_step_cost(steps, knee_tokens=1.0)
+    assert forced.speculative.knee_tokens == 1.0
+    # with the knee forced to 1, the single-sequence steps are priced dearer than they are
+    assert forced.seconds(1, 0, 2, 0, True) > fitted.seconds(1, 0, 2, 0, True) + 0.001
 
 
-def test_seed_scenario_round_trips_through_yaml() -> None:
-    text = yaml.safe_dump(SeedScenario().model_dump(mode="json"))
-    again = SeedScenario.model_validate(yaml.safe_load(text))
-    assert again == SeedScenario()
+def test_without_speculative_steps_the_speculative_part_is_zero_and_too_few_steps_are_refused() -> None:
+    truth = StepCost(seq_knots=[1, 4], seq_step_s=[0.02, 0.03])
+    steps = _synthetic_steps(truth, 200)
+    baseline_only = steps[~steps["speculative"]]
+    fitted = fit_step_cost(baseline_only)
+    assert fitted.speculative.overhead_s == 0.0 and fitted.speculative.per_token_s == 0.0
+    with pytest.raises(Exception, match="chunk_offsets_s"):
+        fit_step_cost(baseline_only.head(5))
+
+
+def test_a_step_model_prices_a_step_from_what_it_holds() -> None:
+    cost = StepCost(seq_knots=[1, 8], seq_step_s=[0.010, 0.024], per_context_token_s=1e-6,
+                    per_prefill_token_s=1e-4, prefill_step_s=0.002,
+                    speculative=VerifyCost(overhead_s=0.001, per_token_s=0.0005))
+    assert cost.seconds(1) == pytest.approx(0.010)
+    assert cost.seconds(4.5) == pytest.approx(0.017)  # between the knots
+    assert cost.seconds(16) == pytest.approx(0.040)  # past the last knot, along the last segment
+    assert cost.seconds(2, context_tokens=1000, prefill_tokens=100) == pytest.approx(0.012 + 0.001 + 0.002 + 0.01)
+    assert cost.seconds(2, draft_tokens=6, speculative=True) == pytest.approx(0.012 + 0.001 + 0.003)
+    assert cost.seconds(2, draft_tokens=6) == pytest.approx(0.012)  # drafts cost nothing with speculation off
     with pytest.raises(ValueError):
-        SeedScenario(decode_budget={"all_reduce": 0.9, "attention": 0.1, "other_gemm": 0.1, "moe_gemm": 0.2})
-    with pytest.raises(ValueError, match="shares for attention"):
-        SeedScenario(decode_budget={"all_reduce": 0.5, "moe_gemm": 0.2})
-    with pytest.raises(ValueError, match="low <= high"):
-        SeedScenario(spec_mode_overhead_ms=(3.0, 1.0))
-    # the baseline step between and past the seeds' two points: linear in concurrency
-    assert SeedScenario().baseline_step_s(1) == pytest.approx(1 / 82.5)
-    assert SeedScenario().baseline_step_s(128) == pytest.approx(128 / 1536)
-
-
-# --------------------------------------------------------------------------- notebook API on recorded runs
-
-
-def test_notebook_api_on_a_recorded_pair() -> None:
-    from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
-    from speclab.predict.payback import restart_payback
-    from speclab.predict.predictions import predict_from_baseline
-    from speclab.predict.stepmodel import calibrate_from_runs
-    from speclab.predict.timings import run_option, spec_level_points
-
-    base, spec = DATA / "f32-baseline", DATA / "f32-ngram"
-    option = run_option(spec)  # an old manifest redacted k; the launch command restores it
-    assert option.num_speculative_tokens == 4 and option.prompt_lookup_min == 2
-
-    points = spec_level_points(base, spec)
-    assert list(points["level"]) == [0, 1]
-    assert (points["verified_tokens_per_seq"] > 2.0).all() and (points["step_s"] > points["baseline_step_s"]).all()
-
-    model = calibrate_from_runs(base, spec)
-    assert model.verify.per_token_s > 0
-
-    prediction = predict_from_baseline(base, option, model)
-    assert {"category", "concurrency", "predicted_speedup", "predicted_tok_s",
-            "break_even_acceptance_length", "acceptance_rate"} <= set(prediction.columns)
-    assert set(prediction["category"]) >= {"all", "code_editing", "multi_turn"}
-    by = prediction.set_index(["category", "concurrency"])
-    assert by.loc[("code_editing", 1), "predicted_speedup"] > by.loc[("multi_turn", 1), "predicted_speedup"]
-
-    replay = compare_replay_with_server(base, spec)
-    assert (replay["outputs_identical"] == 1.0).all()
-    assert (replay["replay_draft_tokens"] == replay["server_draft_tokens"]).all()
-    assert (replay["replay_accepted"] <= replay["server_accepted"]).all()
-    assert (replay["server_accepted"] <= replay["replay_accepted_max"]).all()
-
-    table = compare_predicted_measured(base, spec)
-    assert (table["cost_model_fit"] == "in-sample").all()
-    all_rows = table[table["category"] == "all"]
-    assert (all_rows["error_pct"].abs() < 5).all()
-    assert all_rows["measured_acceptance_rate"].notna().all()
-
-    payback = restart_payback(prediction, [{"concurrency": 1, "hours_per_day": 8}], baseline_run_dir=base)
-    assert payback.iloc[-1]["restart_downtime_h"] > 0
-
-
-def test_verify_cost_table_reads_the_model_in_milliseconds() -> None:
-    from speclab.predict.costmodel import CalibratedStepTime, VerifyCost
-    from speclab.report.tables import verify_cost_table
-
-    base = pd.DataFrame({"batch": [1.0, 4.0], "step_s": [0.040, 0.046]})
-    model = CalibratedStepTime(base, VerifyCost(overhead_s=0.0004, per_token_s=0.001, exponent=1.0, source="fit: a + b"))
-    model.notes.append("verify cost fitted on 2 point(s) only")
-    table = verify_cost_table(model).set_index("field")["value"]
-    assert table["verify cost from"] == "fit: a + b"
-    assert table["fixed cost per speculative step"] == "0.40 ms"
-    assert table["extra step time at 1 / 4 / 16 extra tokens (one sequence)"] == "1.4 / 4.4 / 16.4 ms"
-    assert table["knee: tokens in a step below which an extra one is nearly free"] == "1"
-    assert table["baseline step time by batch"] == "1.0 seq: 40.0 ms, 4.0 seq: 46.0 ms"
-    assert table["baseline slope per extra sequence"] == "2.00 ms"
-    assert table["note"] == "verify cost fitted on 2 point(s) only"
+        StepCost(seq_knots=[1, 2], seq_step_s=[0.01])

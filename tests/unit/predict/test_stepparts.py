@@ -1,5 +1,5 @@
-"""A step in parts: the all-reduce form, fits to GPU step curves, the speedup decomposition, and
-the same decomposition from a 00-profile run's tables."""
+"""A step in parts (speclab.predict.stepparts): the all-reduce form, the shipped GPU step curves and
+fits to them, the speedup decomposition, and the same decomposition from a 00-profile run's tables."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ from speclab.predict.stepparts import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def steps():
+    return load_gpu_step()
 
 
 def test_allreduce_is_flat_at_decode_sizes_and_bandwidth_bound_past_them() -> None:
@@ -184,3 +189,16 @@ def test_gpu_step_bench_runs_its_stack_on_this_cpu(tmp_path: Path) -> None:
     assert set(zip(frame["batch"], frame["n"], strict=True)) == {(1, 1), (2, 1), (1, 2), (2, 2), (4, 1)}
     assert (frame["distinct_experts"] >= 2).all() and (frame[["attention_ms", "moe_ms", "dense_ms"]] > 0).all().all()
     assert sys.executable  # the workbook venv itself never needs torch
+
+
+def test_gpu_step_curves_record_the_machine_and_cover_the_grid(steps) -> None:
+    assert set(steps["shape"]) == {"dense-8b", "moe-30b-a3b", "kimi-k2.5-tp8-rank"}
+    for shape, machine in steps.attrs["machine"].items():
+        assert machine["gpu_name"] == "NVIDIA H200" and machine["driver"] and machine["torch"], shape
+        assert machine["date_utc"] and machine["triton"]
+        assert max(machine["checks_rel_error"].values()) < 1e-2  # the Triton attention and grouped GEMMs are right
+        part = steps[steps["shape"] == shape]
+        grid = set(zip(part["batch"], part["n"], part["context"], strict=True))
+        assert {(b, n, c) for b in (1, 2, 4, 8, 16, 32, 64) for n in (1, 2, 4, 8) for c in (1024, 4096)} <= grid
+        assert (512, 1, 4096) in grid  # baseline_slope's stand-in for B = 64, n = 8
+        assert steps.attrs["shapes"][shape]["cuda_graphs"]

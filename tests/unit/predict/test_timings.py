@@ -1,20 +1,16 @@
-"""What the calibration counts as a step, how it weighs levels, and the level simulation's
-place in a prediction (recorded float32 runs and small frames)."""
+"""A run folder's decode timings read back (speclab.predict.timings): what the calibration counts
+as a step, and which levels it leaves out (recorded float32 runs)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
-import pandas as pd
-import pytest
-
-from speclab.options import default_option
-from speclab.predict.costmodel import fit_step_time
-from speclab.predict.predictions import predict_from_baseline
-from speclab.predict.stepmodel import calibrate_from_runs
-from speclab.predict.timings import spec_level_points
+from speclab.predict.timings import calibration_steps, spec_level_points
 
 RUNS = Path(__file__).resolve().parents[2] / "data" / "predict"
+BASE, SPEC = RUNS / "stream-f32-baseline", RUNS / "stream-f32-ngram"
 
 
 def test_steps_come_from_the_stream_when_counters_over_count_accepted_tokens() -> None:
@@ -24,29 +20,12 @@ def test_steps_come_from_the_stream_when_counters_over_count_accepted_tokens() -
     assert points["steps"].tolist() == points["chunk_steps"].tolist() == [504.0, 599.0]
 
 
-def test_a_small_level_pulls_the_fit_less_than_a_large_one() -> None:
-    baseline = pd.DataFrame({"batch": [1.0, 8.0], "step_s": [0.030, 0.040]})
-
-    def points(noisy_steps: float) -> pd.DataFrame:
-        # three levels on the line 1 ms + 1 ms per extra token, and one small level far above it
-        return pd.DataFrame({
-            "batch": [1.0, 4.0, 8.0, 1.0], "verified_tokens_per_seq": [2.0, 2.0, 2.0, 3.0],
-            "baseline_step_s": [0.030, 0.035, 0.040, 0.030],
-            "step_s": [0.032, 0.040, 0.049, 0.030 + 0.013], "steps": [800.0, 800.0, 800.0, noisy_steps]})
-
-    light = fit_step_time(baseline, points(20.0), exponent=1.0).verify
-    heavy = fit_step_time(baseline, points(800.0), exponent=1.0).verify
-    assert light.per_token_s == pytest.approx(0.001, rel=0.15) and light.overhead_s == pytest.approx(0.001, rel=0.5)
-    assert abs(heavy.overhead_s + heavy.per_token_s * 2 - 0.003) > abs(light.overhead_s + light.per_token_s * 2 - 0.003)
-
-
-def test_at_concurrency_one_the_level_simulation_is_the_steady_formula() -> None:
-    model = calibrate_from_runs(RUNS / "f32-baseline", RUNS / "f32-ngram")
-    table = predict_from_baseline(RUNS / "f32-baseline", default_option("ngram", 4), model, batch_mix="level")
-    one = table[(table["category"] == "all") & (table["concurrency"] == 1)].iloc[0]
-    steady = one["tokens_per_step"] * one["baseline_step_ms"] / (
-        one["baseline_step_ms"] + model.extra_s(1.0, one["verified_tokens_per_seq"]) * 1e3)
-    assert one["predicted_speedup"] == pytest.approx(steady, rel=1e-6)
-    assert one["predicted_spec_batch"] == pytest.approx(1.0)
-    four = table[(table["category"] == "all") & (table["concurrency"] == 4)].iloc[0]
-    assert four["predicted_spec_batch"] < four["batch"]  # requests finish unevenly under speculation
+def test_a_level_the_client_stalled_through_is_left_out(tmp_path) -> None:
+    stalled = tmp_path / "stalled-ngram"
+    shutil.copytree(SPEC, stalled)
+    summary = json.loads((stalled / "summary.json").read_text())
+    summary["levels"][1]["harness"] = {**(summary["levels"][1].get("harness") or {}), "max_s": 1.5}
+    (stalled / "summary.json").write_text(json.dumps(summary))
+    steps = calibration_steps(BASE, stalled)
+    lost = steps[steps["speculative"] & (steps["level"] == summary["levels"][1]["level"])]
+    assert len(lost) > 0 and not lost["matched"].any()

@@ -1,164 +1,19 @@
-"""Profiler traces: streaming parse, engine steps, buckets, scaling and overlap.
-
-Real fixtures (tests/data/traces/README.md): an H200 trace of a small Qwen2-MoE decoding
-under torch.profiler with vLLM-named steps, and a CPU trace of the embedded vLLM with
-n-gram speculation. Synthetic traces cover layouts and overlap arithmetic.
-"""
+"""Profiler traces analysed (speclab.profiling.analysis): engine steps, buckets, self time, scaling
+with tokens per step, ranks, and comm/compute overlap (recorded and synthetic traces, see
+tests/unit/profiling/helpers.py)."""
 
 from __future__ import annotations
 
 import gzip
-import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import orjson
-import pandas as pd
 import pytest
 
-from speclab.errors import SpeclabError
-from speclab.profiling import (
-    DEFAULT_BUCKETS,
-    ProfileParams,
-    analyse_profile,
-    parse_step_annotation,
-    plot_bucket_scaling,
-    plot_step_breakdown,
-    read_trace,
-    trim_trace,
-)
+from speclab.profiling import analyse_profile, parse_step_annotation
 from speclab.profiling.analysis import self_times
-from speclab.profiling.trace import find_trace_files, iter_event_batches
-
-TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
-GPU_DIR = TRACES / "h200-qwen2moe"
-CPU_DIR = TRACES / "vllm-cpu-ngram"
-
-
-def gpu_trace() -> Path:
-    return next(GPU_DIR.glob("*.pt.trace.json.gz"))
-
-
-def cpu_trace() -> Path:
-    return next(CPU_DIR.glob("*.pt.trace.json.gz"))
-
-
-@pytest.fixture(scope="module")
-def gpu_report():
-    return analyse_profile(GPU_DIR)
-
-
-@pytest.fixture(scope="module")
-def cpu_report():
-    return analyse_profile(CPU_DIR)
-
-
-def write_trace(path: Path, events: list[dict[str, Any]], meta: dict[str, Any] | None = None,
-                *, pretty: bool = False) -> Path:
-    document = {**(meta or {"schemaVersion": 1}), "traceEvents": events, "traceName": str(path)}
-    data = orjson.dumps(document, option=orjson.OPT_INDENT_2 if pretty else 0)
-    if path.name.endswith(".gz"):
-        with gzip.open(path, "wb") as handle:
-            handle.write(data)
-    else:
-        path.write_bytes(data)
-    return path
-
-
-def x(cat: str, name: str, ts: float, dur: float, pid: Any = 1, tid: Any = 1, **args: Any) -> dict[str, Any]:
-    event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur}
-    if args:
-        event["args"] = args
-    return event
-
-
-def overlap_trace(path: Path, rank: int = 0) -> Path:
-    """Two decode steps; compute on stream 7, NCCL on stream 20, known overlaps."""
-    events = [
-        {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}},
-        x("user_annotation", "execute_context_0(0)_generation_2(2)", 0, 100),
-        x("user_annotation", "execute_context_0(0)_generation_2(6)", 200, 100),
-        x("cuda_runtime", "cudaLaunchKernel", 10, 2, correlation=1),
-        x("cuda_runtime", "cudaLaunchKernel", 20, 2, correlation=2),
-        x("cuda_runtime", "cudaLaunchKernel", 30, 2, correlation=3),
-        x("cuda_runtime", "cudaLaunchKernel", 210, 2, correlation=4),
-        x("cuda_runtime", "cudaLaunchKernel", 220, 2, correlation=5),
-        # step 0: gemm [50, 90), attention [90, 110), all-reduce [80, 120): 30 us overlapped
-        x("kernel", "nvjet_sm90_tst_64x8_TNT", 50, 40, pid=0, tid=7, stream=7, correlation=1),
-        x("kernel", "flash_fwd_kernel", 90, 20, pid=0, tid=7, stream=7, correlation=2),
-        x("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 80, 40, pid=0, tid=20, stream=20,
-          correlation=3),
-        # step 1: launched in step 1, the all-reduce runs alone: fully exposed
-        x("kernel", "nvjet_sm90_tst_64x8_TNT", 230, 30, pid=0, tid=7, stream=7, correlation=4),
-        x("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 270, 10, pid=0, tid=20, stream=20,
-          correlation=5),
-        {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 10, "cat": "ac2g", "name": "ac2g"},
-    ]
-    return write_trace(path, events, {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2}})
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def test_stream_parse_matches_a_whole_load_for_every_chunk_size() -> None:
-    whole = orjson.loads(gzip.decompress(gpu_trace().read_bytes()))
-    expected = len(whole["traceEvents"])
-    for chunk in (1024, 65536, 8 << 20):
-        meta: dict[str, Any] = {}
-        batches = list(iter_event_batches(gpu_trace(), meta, chunk_bytes=chunk))
-        flat = [e for b in batches for e in b]
-        assert len(flat) == expected
-        assert flat[::997] == whole["traceEvents"][::997]
-        assert meta["distributedInfo"]["rank"] == 0 and meta["traceName"] == whole["traceName"]
-        assert "traceEvents" not in meta
-
-
-def test_gzip_and_plain_read_the_same(tmp_path: Path) -> None:
-    plain = tmp_path / "rank0.plain.pt.trace.json"
-    plain.write_bytes(gzip.decompress(gpu_trace().read_bytes()))
-    a, b = read_trace(gpu_trace()), read_trace(plain)
-    pd.testing.assert_frame_equal(a.ops, b.ops)
-    assert a.names == b.names and a.meta == b.meta
-    assert a.bytes_read == b.bytes_read == plain.stat().st_size
-
-
-@pytest.mark.parametrize("pretty", [False, True])
-def test_awkward_json_layouts(tmp_path: Path, pretty: bool) -> None:
-    # braces and "},{" inside strings, arrays of objects inside args, unicode, a bare array
-    tricky = [
-        x("cpu_op", 'weird }, { name "quoted" \\ ünïcode', 0, 5, extra=[{"a": 1}, {"b": [{"c": 2}]}]),
-        x("cpu_op", "aten::mm", 1, 2),
-        x("user_annotation", "execute_context_1(7)_generation_0(0)", 0, 10),
-    ]
-    events = tricky * 200
-    path = write_trace(tmp_path / "rank0.t.pt.trace.json", events, pretty=pretty)
-    batches = list(iter_event_batches(path, chunk_bytes=512))
-    assert sum(len(b) for b in batches) == len(events)
-    assert batches[0][0]["name"].startswith("weird }, {")
-    bare = tmp_path / "bare.trace.json"
-    bare.write_bytes(orjson.dumps(events))
-    assert sum(len(b) for b in iter_event_batches(bare, chunk_bytes=300)) == len(events)
-
-
-def test_truncated_trace_is_one_clear_error(tmp_path: Path) -> None:
-    raw = gzip.decompress(gpu_trace().read_bytes())
-    cut = tmp_path / "rank0.cut.pt.trace.json"
-    cut.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(SpeclabError, match="truncated"):
-        read_trace(cut)
-    junk = tmp_path / "junk.trace.json"
-    junk.write_bytes(b'{"hello": 1}')
-    with pytest.raises(SpeclabError, match="traceEvents"):
-        read_trace(junk)
-
-
-def test_vllm_frontend_trace_is_left_out(tmp_path: Path) -> None:
-    shutil.copy(gpu_trace(), tmp_path / "rank0.1.pt.trace.json.gz")
-    write_trace(tmp_path / "vm_11097.async_llm.1.pt.trace.json.gz", [])
-    assert [p.name for p in find_trace_files(tmp_path)] == ["rank0.1.pt.trace.json.gz"]
-    assert len(find_trace_files(tmp_path, include_frontend=True)) == 2
-
+from tests.unit.profiling.helpers import gpu_trace, overlap_trace, write_trace, x
 
 # --------------------------------------------------------------------------- steps
 
@@ -240,18 +95,6 @@ def test_cpu_buckets_match_the_recipe(cpu_report) -> None:
     assert names.loc["_C::greedy_argmax", "bucket"] == "sampling"
 
 
-def test_rules_are_overridable_and_validated(tmp_path: Path) -> None:
-    report = analyse_profile(GPU_DIR, {"buckets": [{"name": "gemms", "pattern": "nvjet|gemm", "ignore_case": True}],
-                                       "other_bucket": "rest"})
-    assert set(report.breakdown["bucket"].astype(str)) == {"gemms", "rest"}
-    assert set(report.names.loc[report.names["name"].str.startswith("nvjet"), "bucket"]) == {"gemms"}
-    with pytest.raises(SpeclabError, match="buckets.0.pattern"):
-        analyse_profile(GPU_DIR, {"buckets": [{"name": "bad", "pattern": "("}]})
-    with pytest.raises(SpeclabError, match="other_bucket"):
-        analyse_profile(GPU_DIR, {"other_bucket": "attention"})
-    assert ProfileParams().buckets[0].name == DEFAULT_BUCKETS[0].name
-
-
 def test_self_times_of_nested_ops() -> None:
     # parent [0,10) holds child [1,4) (holding [2,3)) and child [5,9); a second thread apart
     ts = np.array([0.0, 1.0, 2.0, 5.0, 0.0])
@@ -314,36 +157,6 @@ def test_cpu_traces_have_no_overlap_table(cpu_report) -> None:
     assert cpu_report.overlap.empty
 
 
-def test_report_saves_and_plots(gpu_report, tmp_path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    written = gpu_report.save(tmp_path)
-    assert pd.read_parquet(written["breakdown"]).shape == gpu_report.breakdown.shape
-    fig = plot_step_breakdown(gpu_report, kinds=["decode"])
-    assert fig.axes[0].get_ylabel() == "time (ms)"
-    fig = plot_bucket_scaling(gpu_report)
-    assert fig.axes[0].get_xlabel() == "tokens per step"
-    shares = gpu_report.decode_shares()
-    assert shares[0].sum() == pytest.approx(1.0) and shares.index[0] == "norms_elementwise"
-
-
-def test_trim_keeps_a_window(tmp_path: Path) -> None:
-    steps = analyse_profile(GPU_DIR).steps
-    first = steps.iloc[1]
-    out = tmp_path / "rank0.trim.pt.trace.json.gz"
-    counts = trim_trace(gpu_trace(), out, start_us=first["start_us"], end_us=first["start_us"] + first["wall_us"])
-    assert 0 < counts["events_out"] < counts["events_in"]
-    trimmed = analyse_profile(out)
-    assert len(trimmed.steps) == 1 and trimmed.steps["tokens"].item() == first["tokens"]
-
-
-def test_ijson_backend_agrees(gpu_report) -> None:
-    pytest.importorskip("ijson")
-    other = analyse_profile(GPU_DIR, {"backend": "ijson"})
-    pd.testing.assert_frame_equal(other.breakdown, gpu_report.breakdown)
-
-
 def test_whole_trace_summary_without_step_annotations(tmp_path: Path) -> None:
     # an SGLang-like trace: kernels, no vLLM step ranges
     events = [
@@ -364,11 +177,3 @@ def test_whole_trace_rows_sum_to_every_op(gpu_report) -> None:
     whole = gpu_report.summary[gpu_report.summary["step_kind"] == "(whole trace)"]
     assert whole["time_us"].sum() == pytest.approx(gpu_report.names["time_us"].sum())
     assert whole["steps"].unique().tolist() == [17]
-
-
-def test_parallel_rank_reading(tmp_path: Path) -> None:
-    for rank in (0, 1):
-        overlap_trace(tmp_path / f"rank{rank}.x.pt.trace.json", rank=rank)
-    report = analyse_profile(tmp_path, {"workers": 2})
-    assert report.traces["rank"].tolist() == [0, 1]
-    assert report.overlap["overlap_us"].tolist() == [30.0, 30.0]

@@ -1,4 +1,5 @@
-"""Plain-sentence findings and the 00-profile report section, on the recorded H200 MoE trace."""
+"""Plain-sentence findings and the 00-profile report section (speclab.report.findings), on the
+recorded H200 MoE trace (tests/unit/conftest.py's gpu_report)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from speclab.profiling import analyse_profile
 from speclab.report import findings
 from speclab.sections import read_section
-
-TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
-
-
-@pytest.fixture(scope="module")
-def gpu_report():
-    return analyse_profile(TRACES / "h200-qwen2moe")
 
 
 def test_decode_time_by_bucket_is_the_decode_summary_largest_first(gpu_report) -> None:
