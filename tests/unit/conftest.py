@@ -42,3 +42,13 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.fakes.tiny_tokenizer import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture
+def no_progress_routing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress bars routed as in a plain terminal, whatever the environment the tests run in says
+    (quiet, relayed to a file, a width or an interval of its own)."""
+    from speclab.measure import progress
+
+    for name in (progress.QUIET_ENV, progress.FILE_ENV, progress.COLUMNS_ENV, progress.INTERVAL_ENV):
+        monkeypatch.delenv(name, raising=False)

@@ -60,7 +60,7 @@ def test_verify_cost_table_reads_the_model_in_milliseconds() -> None:
 
 def test_the_verify_cost_table_shows_the_step_model(stream_model) -> None:
     table = verify_cost_table(stream_model).set_index("field")["value"]
-    assert table["engine steps the stream_model was fitted on"] == f"{stream_model.steps.steps_fitted:,}"
+    assert table["engine steps the model was fitted on"] == f"{stream_model.steps.steps_fitted:,}"
     assert table["engine step time by decoding sequences (no context, no prefill)"].startswith("1 seq: ")
     assert table["per 1,000 tokens of context in a step"].endswith(" ms")
 

@@ -1,13 +1,25 @@
-"""Generated command lines, checked against the engines' real flag names (docs/measurement.md sections 2, 5, 6)."""
+"""A server launch as data and as a process (speclab.serve.launch): generated command lines, checked
+against the engines' real flag names (docs/measurement.md sections 2, 5, 6); launch, health, stop
+and every failure path, with fake engines (fault injection)."""
+
+from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from speclab.errors import SpeclabError
 from speclab.options import SpecOption
-from speclab.serve.launch import ServerLaunch
+from speclab.serve.launch import ManagedServer, ServerLaunch, free_port, group_alive
 
 
 def flag_value(cmd: list[str], flag: str) -> str:
@@ -100,21 +112,118 @@ def test_a_drafter_launch_needs_its_model() -> None:
         ServerLaunch(model="/m", option=SpecOption(method="eagle3"))
 
 
-@pytest.mark.parametrize("bad", [
-    {"method": "baseline", "num_speculative_tokens": 3},
-    {"method": "ngram", "prompt_lookup_min": 5, "prompt_lookup_max": 2},
-    {"method": "medusa2"},
-])
-def test_bad_options_are_rejected(bad: dict) -> None:
-    with pytest.raises(ValidationError):
-        SpecOption(**bad)
+# --------------------------------------------------------------------------- lifecycle
 
 
-def test_auto_dtype_takes_bf16_only_where_the_cpu_has_it_natively() -> None:
-    from speclab.serve.embedded import cpu_has_native_bf16
+def launch_for(python: str, port: int | None = None, model: str = "org/model") -> ServerLaunch:
+    return ServerLaunch(model=model, python=python, port=port or free_port())
 
-    amd_avx2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c\n"
-    intel_avx512 = "processor\t: 0\nflags\t\t: fpu sse avx avx2 avx512f avx512dq avx512_bf16 amx_bf16\n"
-    assert not cpu_has_native_bf16(amd_avx2)
-    assert cpu_has_native_bf16(intel_avx512)
-    assert not cpu_has_native_bf16("flags\t\t: avx512fp16_not_a_flag avx2\n")
+
+def test_healthy_start_measures_load_time_and_stops_the_group(fake_python, tmp_path: Path) -> None:
+    server = ManagedServer(launch_for(fake_python("healthy")), tmp_path / "server.log")
+    with server:
+        assert server.load_time_s is not None and 0 < server.load_time_s < 30
+        pid = server.pid
+        assert pid and group_alive(pid)
+    assert not group_alive(pid)
+    assert "speclab launch:" in (tmp_path / "server.log").read_text()
+
+
+def test_sigterm_ignored_falls_back_to_sigkill(fake_python, tmp_path: Path) -> None:
+    server = ManagedServer(launch_for(fake_python("stubborn")), tmp_path / "s.log", stop_grace_s=1)
+    server.start()
+    pid = server.pid
+    t0 = time.perf_counter()
+    code = server.stop()
+    assert code == -signal.SIGKILL
+    assert time.perf_counter() - t0 < 10
+    assert not group_alive(pid)
+
+
+def test_engine_that_exits_gives_one_sentence_and_the_log_tail(fake_python, tmp_path: Path) -> None:
+    with pytest.raises(SpeclabError) as info:
+        ManagedServer(launch_for(fake_python("exit")), tmp_path / "s.log").start()
+    err = info.value
+    assert "exited with code 3 before it became healthy" in err.message
+    assert "\n" not in err.message
+    tail = err.detail.splitlines()
+    assert tail[-1] == "ERROR: fake engine failed on purpose"
+    assert len(tail) == 20
+
+
+def test_engine_that_never_becomes_healthy_times_out_and_is_stopped(fake_python, tmp_path: Path) -> None:
+    server = ManagedServer(launch_for(fake_python("hang")), tmp_path / "s.log", health_timeout_s=2)
+    with pytest.raises(SpeclabError, match="did not become healthy within 2 s"):
+        server.start()
+    assert server.pid and not group_alive(server.pid)
+
+
+def test_port_in_use_is_refused_before_launch(fake_python, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SpeclabError, match=f"Port {port} on 127.0.0.1 is already in use"):
+            ManagedServer(launch_for(fake_python("healthy"), port), tmp_path / "s.log").start()
+
+
+def test_missing_model_path_is_refused(fake_python, tmp_path: Path) -> None:
+    launch = launch_for(fake_python("healthy"), model=str(tmp_path / "no-such-model"))
+    with pytest.raises(SpeclabError, match="does not exist"):
+        ManagedServer(launch, tmp_path / "s.log").start()
+
+
+def test_missing_interpreter_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpeclabError, match="interpreter .* does not exist"):
+        ManagedServer(launch_for(str(tmp_path / "nope" / "python")), tmp_path / "s.log").start()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_killing_the_workbook_leaves_no_server(fake_python, tmp_path: Path, sig: int) -> None:
+    """The workbook process is killed mid-run; its server must not survive it."""
+    python = fake_python("healthy")
+    pidfile = tmp_path / "server.pid"
+    script = textwrap.dedent(f"""
+        import time
+        from speclab.serve.launch import ManagedServer, ServerLaunch, free_port
+        launch = ServerLaunch(model="org/m", python={python!r}, port=free_port())
+        with ManagedServer(launch, {str(tmp_path / 's.log')!r}) as server:
+            open({str(pidfile)!r}, "w").write(str(server.pid))
+            time.sleep(120)
+    """)
+    workbook = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.time() + 30
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.time() < deadline, "the fake server never started"
+        time.sleep(0.1)
+    server_pid = int(pidfile.read_text())
+    assert group_alive(server_pid)
+    os.kill(workbook.pid, sig)
+    workbook.wait(timeout=30)
+    deadline = time.time() + 15
+    while group_alive(server_pid) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not group_alive(server_pid), f"server survived {signal.Signals(sig).name}"
+
+
+@pytest.mark.usefixtures("no_progress_routing")
+def test_a_server_start_shows_the_seconds_it_waited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from speclab.serve.launch import ManagedServer, ServerLaunch, free_port
+
+    script = tmp_path / "server.py"
+    script.write_text("import http.server, sys, time\ntime.sleep(1.5)\n"
+                      "class H(http.server.BaseHTTPRequestHandler):\n"
+                      "    def do_GET(self):\n        self.send_response(200); self.end_headers()\n"
+                      "    def log_message(self, *a):\n        pass\n"
+                      "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    port = free_port()
+    monkeypatch.setattr(ServerLaunch, "command", lambda self: [sys.executable, str(script), str(port)])
+    launch = ServerLaunch(model="m", port=port, python=sys.executable)
+    with ManagedServer(launch, tmp_path / "server.log", health_timeout_s=30, progress=True):
+        pass
+    err = capsys.readouterr().err
+    assert "starting the vllm server" in err and "1s" in err
+    with ManagedServer(launch, tmp_path / "server.log", health_timeout_s=30):  # progress off: silent here
+        pass
+    assert "starting" not in capsys.readouterr().err
