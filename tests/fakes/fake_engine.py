@@ -5,12 +5,19 @@ Invoked as ``fake_engine.py <mode> <anything vllm-like> --port N``. Modes:
   exit       print a few log lines and exit 3 at once
   hang       never answer /health
   stubborn   like healthy, but ignore SIGTERM (forces the SIGKILL path)
+Its /health answers through tests/fakes/base.py's quiet handler.
 """
 
 import http.server
 import signal
 import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: the checkout's root holds the tests package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.fakes.base import QuietHandler  # noqa: E402
 
 
 def main() -> None:
@@ -26,13 +33,10 @@ def main() -> None:
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802
             self.send_response(200 if self.path == "/health" else 404)
             self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
 
     http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 

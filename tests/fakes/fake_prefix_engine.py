@@ -15,10 +15,47 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.fakes.base import METRICS_TYPE, FakeHandler, FakeServer
 
 
-class FakePrefixEngine:
+class _Handler(FakeHandler):
+    fake: FakePrefixEngine
+
+    def do_GET(self) -> None:  # noqa: N802
+        fake = self.fake
+        if self.path == "/metrics":
+            self._send(200, fake.metrics_text().encode(), METRICS_TYPE)
+        elif self.path == "/get_server_info" and fake.engine == "sglang":
+            self._send(200, json.dumps({"page_size": fake.block,
+                                        "disable_radix_cache": not fake.caching}).encode())
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        fake = self.fake
+        body = self._read_json()
+        prompt = body.get("prompt") or []
+        prompts = prompt if prompt and isinstance(prompt[0], list) else [prompt]
+        if not body.get("stream"):
+            fake.step(prompts, body.get("prompt_logprobs") is not None)
+            self._send(200, json.dumps({"choices": [{"text": "x"} for _ in prompts]}).encode())
+            return
+        # the pacer: a decode stream, one chunk per short step, until the client leaves
+        self._start_stream()
+        try:
+            for _ in range(int(body.get("max_tokens", 16))):
+                with fake.step_lock:
+                    time.sleep(fake.base_s / 4)
+                self._chunk(b'data: {"choices":[{"text":"y"}]}\n\n')
+            self._end_stream()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+class FakePrefixEngine(FakeServer):
+    handler = _Handler
+
     def __init__(self, *, engine: str = "vllm", block: int = 16, base_s: float = 0.02, per_token_s: float = 0.004,
                  caching: bool = True, evict: bool = False, foreign: bool = False, head_row_s: float = 0.0) -> None:
         self.engine, self.block, self.base_s, self.per_token_s = engine, block, base_s, per_token_s
@@ -28,23 +65,8 @@ class FakePrefixEngine:
         self.queries = self.hits = self.requests = 0
         self.prefill_sum = 0.0
         self.prefill_count = 0
-        self.lock = threading.Lock()
         self.step_lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FakePrefixEngine:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def _hit(self, prompt: list[int]) -> int:
         """Cached tokens of ``prompt``: whole blocks from the start, at least one token computed."""
@@ -100,54 +122,3 @@ class FakePrefixEngine:
             f'vllm:request_prefill_time_seconds_bucket{{{labels},le="+Inf"}} {pc}\n'
             f"vllm:request_prefill_time_seconds_count{{{labels}}} {pc}\n"
             f"vllm:request_prefill_time_seconds_sum{{{labels}}} {ps}\n")
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path == "/metrics":
-                    self._send(200, fake.metrics_text().encode(), "text/plain; version=0.0.4")
-                elif self.path == "/get_server_info" and fake.engine == "sglang":
-                    self._send(200, json.dumps({"page_size": fake.block,
-                                                "disable_radix_cache": not fake.caching}).encode())
-                else:
-                    self._send(404, b"{}")
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                prompt = body.get("prompt") or []
-                prompts = prompt if prompt and isinstance(prompt[0], list) else [prompt]
-                if not body.get("stream"):
-                    fake.step(prompts, body.get("prompt_logprobs") is not None)
-                    self._send(200, json.dumps({"choices": [{"text": "x"} for _ in prompts]}).encode())
-                    return
-                # the pacer: a decode stream, one chunk per short step, until the client leaves
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for _ in range(int(body.get("max_tokens", 16))):
-                        with fake.step_lock:
-                            time.sleep(fake.base_s / 4)
-                        chunk = b'data: {"choices":[{"text":"y"}]}\n\n'
-                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        return Handler

@@ -8,6 +8,8 @@ measurement, server or workbook module); no import cycles between modules.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -130,3 +132,11 @@ def test_packages_keep_their_nevers() -> None:
             if target.split(".")[0] in NEVER_BY_PACKAGE.get(package, set()):
                 wrong.append(f"{module} imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_report_module_never_imports_the_workbook_layer() -> None:
+    code = ("import sys, speclab.report.decision, speclab.report.tables, speclab.report.formatting, speclab.report.findings; "
+            "print(sorted(m for m in sys.modules if m in ('speclab.workbook', 'speclab.serve.embedded', "
+            "'speclab.cli.workbook', 'speclab.report.explore')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

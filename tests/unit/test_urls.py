@@ -1,7 +1,7 @@
 import pytest
 
 from speclab.errors import SpeclabError
-from speclab.urls import Endpoint
+from speclab.urls import Endpoint, scrub_paths
 
 
 @pytest.mark.parametrize(
@@ -33,3 +33,9 @@ def test_bad_endpoints_say_one_sentence(bad: str) -> None:
     with pytest.raises(SpeclabError) as info:
         Endpoint.parse(bad)
     assert "\n" not in str(info.value)
+
+
+def test_scrub_paths_keeps_urls() -> None:
+    line = "LD_PRELOAD=/usr/lib/x/libtc.so:/opt/v/lib/libiomp5.so /v/bin/python --model /root/m/smol http://h:8000/v1/models"
+    assert scrub_paths(line) == ("LD_PRELOAD=…/libtc.so:…/libiomp5.so …/python --model …/smol "
+                                 "http://h:8000/v1/models")
