@@ -122,18 +122,34 @@ _SGLANG_MAIN = ("SGLang main in 2026 (python/sglang/srt/arg_groups/speculative_h
                 "'SGLANG_ENABLE_SPEC_V2 has been removed: speculative decoding always runs the V2 worker'; overlap "
                 "stays on unless --disable-overlap-schedule or a CPU device, for EAGLE-family and NGRAM alike")
 
+_VLLM_014 = ("vLLM 0.14-0.31: vllm-project/vllm#31998 (merged 2026-01-08, 'Enable async scheduling by default with "
+             "spec decoding') keeps async scheduling on by default for EAGLE/MTP (EagleModelTypes) and disables it "
+             "implicitly for other methods; vllm-project/vllm-ascend#6485 reads that block in 0.14.0rc1, and "
+             "vllm-project/vllm#39206 (2026-04-07) asserts it in the EAGLE, EAGLE3 and MTP end-to-end tests")
+
 # Methods by the names the scenario schema uses (``option.method``); engines' spellings are
 # mapped by :func:`normalise_method`.
 _VLLM_KEEPS = ("eagle", "eagle3", "mtp", "ngram_gpu", "draft_model", "dspark", "dflash")
 _VLLM_DROPS = ("ngram", "suffix", "medusa", "mlp_speculator")
+_VLLM_EAGLE_TYPES = ("eagle", "eagle3", "mtp")
 
 OVERLAP_RULES: tuple[OverlapRule, ...] = (
     OverlapRule("vllm", ">=0.32", _VLLM_KEEPS, "kept", _VLLM_032),
     OverlapRule("vllm", ">=0.32", _VLLM_DROPS, "lost", _VLLM_032),
-    # Before 0.32 the table holds no reading of the source: async scheduling itself, and its
-    # support for each method, arrived over several releases.
-    OverlapRule("vllm", "<=0.31.99", _VLLM_KEEPS + _VLLM_DROPS, "unknown",
-                "no vLLM source before 0.32 read for this table"),
+    # From 0.14 EAGLE/MTP keep it (vllm#31998), and the methods 0.32 still drops were dropped
+    # all along; when ngram_gpu, draft_model (vllm#48341, 2026-07-11), dspark and dflash joined the
+    # list before 0.32 is not placed by a release, so they stay unknown there.
+    OverlapRule("vllm", "0.14..0.31.99", _VLLM_EAGLE_TYPES, "kept", _VLLM_014),
+    OverlapRule("vllm", "0.14..0.31.99", _VLLM_DROPS, "lost",
+                _VLLM_014 + "; the methods vLLM 0.32 still drops were never on the list"),
+    OverlapRule("vllm", "0.14..0.31.99", tuple(m for m in _VLLM_KEEPS if m not in _VLLM_EAGLE_TYPES), "unknown",
+                "no vLLM release between 0.14 and 0.32 placed for this method in this table (it joined the list "
+                "vllm#31998 started at some point before 0.32)"),
+    # Before 0.14: async scheduling became the default without speculation (vllm#27614) before it
+    # did with it (vllm#31998), so a speculative arm could lose what its baseline kept.
+    OverlapRule("vllm", "<=0.13.99", _VLLM_KEEPS + _VLLM_DROPS, "unknown",
+                "no vLLM source before 0.14 read for this table (async scheduling was on by default without "
+                "speculation before vllm-project/vllm#31998 turned it on with EAGLE/MTP)"),
     OverlapRule("sglang", "0.4.0..0.5.6", ("eagle", "eagle3", "mtp", "draft_model", "ngram"), "lost", _SGLANG_056),
     OverlapRule("sglang", "0.5.7..0.5.99", ("eagle", "eagle3", "mtp", "draft_model", "ngram", "dspark", "dflash"),
                 "unknown", "no SGLang source between v0.5.6 and the 2026 main read for this table (Spec V2 "
@@ -201,6 +217,13 @@ def normalise_method(method: str) -> str:
     return "mtp" if m.endswith("_mtp") else m
 
 
+def _lower_bound(version: str | None) -> tuple[int, ...] | None:
+    """``">=0.17"`` (a version known only from below, e.g. from the first release that serves the
+    model): the bound; otherwise ``None``."""
+    match = re.fullmatch(r">=\s*v?(\d+(?:\.\d+)*)", str(version or "").strip())
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
 def _parse_version(version: str | None) -> tuple[int, ...] | None:
     if version is None:
         return None
@@ -231,10 +254,19 @@ def _in_range(version: tuple[int, ...], spec: str) -> bool:
     return cmp(version, num(low)) >= 0 and cmp(version, num(high)) <= 0
 
 
+def _reaches(bound: tuple[int, ...], spec: str) -> bool:
+    """Whether a version at or above ``bound`` can fall in ``spec``."""
+    if spec == "any" or spec.startswith(">="):
+        return True
+    top = spec[2:] if spec.startswith("<=") else spec.split("..")[1]
+    return _in_range(bound, f"<={top}")
+
+
 def overlap_status(engine: str, version: str | None, method: str) -> OverlapStatus:
     """Whether ``engine`` at ``version`` keeps its CPU/GPU overlap when speculating with
     ``method``: ``kept``, ``lost``, or ``unknown`` (engine, method or version not in the table;
-    the source says which)."""
+    the source says which). ``version`` may be a lower bound, ``">=0.17"`` (known only from the
+    first release that serves the model): the status holds where every row from there on agrees."""
     eng, meth = engine.strip().lower(), normalise_method(method)
     rows = [r for r in OVERLAP_RULES if r.engine == eng and meth in r.methods]
     if not rows:
@@ -245,6 +277,16 @@ def overlap_status(engine: str, version: str | None, method: str) -> OverlapStat
         if hit:
             return OverlapStatus(hit[0].overlap, hit[0].source)
         return OverlapStatus("unknown", f"{engine} {version} is outside the versions the mode table covers")
+    bound = _lower_bound(version)
+    if bound is not None:
+        # every row that a version at or above the bound can fall in must agree
+        above = [r for r in rows if _reaches(bound, r.versions)]
+        states = {r.overlap for r in above}
+        if len(states) == 1 and "unknown" not in states:
+            return OverlapStatus(above[0].overlap, "; ".join(dict.fromkeys(r.source for r in above))
+                                 + f" (version {version}: every row from there on agrees)")
+        return OverlapStatus("unknown", f"the {engine} version is {version}, and the versions in the mode table from "
+                                        f"there on disagree on whether {meth} keeps the overlap or are not placed")
     unversioned = [r for r in rows if r.versions == "any"]
     if unversioned:
         return OverlapStatus(unversioned[0].overlap, unversioned[0].source)

@@ -84,3 +84,29 @@ def test_normalise_method() -> None:
     assert normalise_method("NEXTN") == "mtp"
     assert normalise_method("qwen3_5_mtp") == "mtp"
     assert normalise_method("STANDALONE") == "draft_model"
+
+
+def test_vllm_014_to_031_keeps_async_for_eagle_and_mtp() -> None:
+    # vllm-project/vllm#31998 (2026-01-08): async scheduling on by default with EAGLE/MTP, off otherwise
+    for method in ("eagle", "eagle3", "mtp", "qwen3_next_mtp"):
+        status = overlap_status("vllm", "0.26.0", method)
+        assert status.status == "kept" and "#31998" in status.source, method
+    assert overlap_status("vllm", "0.14.0", "ngram").status == "lost"
+    assert overlap_status("vllm", "0.27.1", "suffix").status == "lost"
+    for method in ("draft_model", "dspark", "ngram_gpu"):
+        assert overlap_status("vllm", "0.27.1", method).status == "unknown", method
+    assert overlap_status("vllm", "0.13.0", "mtp").status == "unknown"
+
+
+def test_a_version_known_from_below() -> None:
+    # a model first served by vLLM 0.17 runs on 0.17 or later: every row from there on keeps MTP's overlap
+    status = overlap_status("vllm", ">=0.17", "mtp")
+    assert status.status == "kept" and "every row from there on agrees" in status.source
+    assert mode_cost_parts("vllm", ">=0.17", "mtp").ms(10.0) == (0.0, 0.0)
+    # rows from there on disagree or are unplaced: unknown, spanning kept to lost
+    assert overlap_status("vllm", ">=0.13", "mtp").status == "unknown"
+    assert overlap_status("vllm", ">=0.17", "dspark").status == "unknown"
+    assert overlap_status("vllm", ">=0.32", "dspark").status == "kept"
+    assert overlap_status("vllm", ">=0.14", "ngram").status == "lost"
+    assert overlap_status("sglang", ">=0.5.7", "mtp").status == "unknown"
+    assert overlap_status("sglang", ">=0.6", "mtp").status == "kept"
