@@ -41,6 +41,7 @@ __all__ = [
     "DSD_K0_TAX",
     "HostMeasurement",
     "ENGINES",
+    "LINEAR_ATTENTION_HOST_MS_PER_LAYER",
     "OVERLAP_LOST_FRACTION",
     "OVERLAP_RULES",
     "RESIDUAL_FRACTION",
@@ -343,10 +344,26 @@ _RESIDUAL_SOURCE = ("what published speculative servers pay beyond named parts: 
                     "vllm-project/vllm#49548)")
 
 
+# A hybrid model's linear-attention (Gated DeltaNet) layers under vLLM speculation. Two readings
+# disagree: with piecewise CUDA graphs the host sits on every step's critical path, the GPU idle
+# 4.16 ms of a 24.73 ms step over a model of 48 GDN layers (Qwen3.8-27B, MTP k=3, RTX 4090;
+# vllm-project/vllm#55978, per-GDN-layer Python work among it), i.e. up to ~87 us a GDN layer; an
+# instrumented run found uniform decode steps replaying the GDN layers inside the FULL graph, 0
+# eager (vllm-project/vllm#51008). The range spans both. Larger reports are not spanned: one
+# setup's MTP step of 46.1 ms against 17.5 ms without, blamed on the CUDA-graph downgrade that
+# speculation triggers (vLLM 0.27.1, sm_80, prefix caching; vllm-project/vllm#35387 comment).
+LINEAR_ATTENTION_HOST_MS_PER_LAYER = (0.0, 4.16 / 48)
+_LINEAR_SOURCE = ("a hybrid model's linear-attention layers under vLLM speculation: 0 (uniform decode steps replay the "
+                  "GDN layers inside the FULL graph, vllm-project/vllm#51008) to 4.16 ms of GPU idle over 48 GDN layers "
+                  "(piecewise graphs put the host on every step's path; Qwen3.8-27B MTP k=3, RTX 4090, "
+                  "vllm-project/vllm#55978), ~87 us a layer; not spanned: a 46.1 ms MTP step against 17.5 ms "
+                  "(vllm-project/vllm#35387); see also vllm-project/vllm#47277, #43955")
+
+
 def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_schedule: bool = False,
                     pipeline_parallel: int = 1, concurrency: float | None = None,
                     baseline_overlap: bool | None = None, option_overlap: bool | None = None,
-                    residual: bool = False) -> ModeCost:
+                    residual: bool = False, linear_attention_layers: int = 0) -> ModeCost:
     """The GPU-side parts of speculative mode's own cost for one deployment.
 
     ``per_batch_schedule``: vLLM's ``num_speculative_tokens_per_batch_size`` is set (its K=0 tax
@@ -357,7 +374,9 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
     Parts with ``unit == "fraction"`` are fractions of the baseline's decode step
     (:meth:`ModeCostPart.ms`). ``residual``: add the assumed 0-20 % of a step no named part
     explains (off by default; the what-if turns it on; leave it off where a measured residual
-    takes its place). A model-based drafter's
+    takes its place). ``linear_attention_layers``: a hybrid model's linear-attention layers,
+    whose host work vLLM's speculative path may put on every step (:data:`LINEAR_ATTENTION_HOST_MS_PER_LAYER`
+    a layer, ms). A model-based drafter's
     GPU time is not here: it is the step model's (``speclab.whatif.step``).
     """
     eng, meth = engine.strip().lower(), normalise_method(method)
@@ -410,6 +429,11 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
         out.parts.append(ModeCostPart("dynamic_schedule", 0.0, max(tax - PIECEWISE_STEP_FRACTION, 0.0), "fraction",
                                       "borrowed", f"{_DSD_SOURCE}: {tax:+.1%} here, less the graph mode it includes "
                                       "(low end 0: the two measurements overlap)"))
+    if linear_attention_layers > 0 and eng == "vllm":
+        lo, hi = LINEAR_ATTENTION_HOST_MS_PER_LAYER
+        out.parts.append(ModeCostPart("linear_attention_host", lo * linear_attention_layers,
+                                      hi * linear_attention_layers, "ms", "borrowed",
+                                      f"{linear_attention_layers} linear-attention layers: {_LINEAR_SOURCE}"))
     if residual:
         out.parts.append(ModeCostPart("residual", RESIDUAL_FRACTION[0], RESIDUAL_FRACTION[1], "fraction", "assumed",
                                       _RESIDUAL_SOURCE))

@@ -167,10 +167,16 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
     assert opt.method is not None and opt.k is not None and scenario.engine.name is not None
     method = normalise_method(opt.method)
     overlap = scenario.engine.overlap
+    try:
+        arch: Architecture | None = from_config(scenario.model.config, scenario.model.name or scenario.name)
+        arch_error = None
+    except SpeclabError as exc:
+        arch, arch_error = None, exc.message
     mode = mode_cost_parts(scenario.engine.name, scenario.engine.version, method,
                            per_batch_schedule=opt.per_batch_schedule, pipeline_parallel=par.pipeline,
                            baseline_overlap=overlap.baseline if overlap else None,
-                           option_overlap=overlap.option if overlap else None, residual=True)
+                           option_overlap=overlap.option if overlap else None, residual=True,
+                           linear_attention_layers=arch.linear_layers if arch else 0)
     if mode.refusal:
         raise Refusal(mode.refusal)
     if mode.unknown and strict_version:
@@ -198,10 +204,8 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
             link = hw.interconnect(name, device)
         except SpeclabError as exc:
             raise Refusal(exc.message) from None
-    try:
-        arch = from_config(scenario.model.config, scenario.model.name or scenario.name)
-    except SpeclabError as exc:
-        raise Refusal(exc.message) from None
+    if arch is None:
+        raise Refusal(str(arch_error))
 
     k = int(opt.k)
     verify = k + 1
@@ -455,7 +459,8 @@ def _mode_ms(dep: Deployment, v: Mapping[str, Any], baseline_ms: Any, concurrenc
         mode = mode_cost_parts(str(dep.scenario.engine.name), dep.scenario.engine.version, dep.method,
                                per_batch_schedule=True, pipeline_parallel=dep.scenario.parallel.pipeline,
                                concurrency=concurrency, baseline_overlap=overlap.baseline if overlap else None,
-                               option_overlap=overlap.option if overlap else None, residual=True)
+                               option_overlap=overlap.option if overlap else None, residual=True,
+                               linear_attention_layers=dep.arch.linear_layers)
     u = np.asarray(v["mode_share"], float)
     total: Any = 0.0
     for part in mode.parts:

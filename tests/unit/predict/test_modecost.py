@@ -110,3 +110,15 @@ def test_a_version_known_from_below() -> None:
     assert overlap_status("vllm", ">=0.14", "ngram").status == "lost"
     assert overlap_status("sglang", ">=0.5.7", "mtp").status == "unknown"
     assert overlap_status("sglang", ">=0.6", "mtp").status == "kept"
+
+
+def test_linear_attention_layers_under_vllm_speculation() -> None:
+    # 0 (FULL graphs replay the GDN layers, vllm#51008) to 4.16 ms over 48 GDN layers (vllm#55978)
+    cost = mode_cost_parts("vllm", ">=0.17", "mtp", linear_attention_layers=45)
+    part = next(p for p in cost.parts if p.name == "linear_attention_host")
+    assert (part.unit, part.label) == ("ms", "borrowed")
+    assert (part.low, part.high) == pytest.approx((0.0, 45 * 4.16 / 48))
+    assert "#55978" in part.source and "#51008" in part.source
+    assert not any(p.name == "linear_attention_host" for p in mode_cost_parts("vllm", ">=0.17", "mtp").parts)
+    assert not any(p.name == "linear_attention_host"
+                   for p in mode_cost_parts("sglang", "0.6.0", "mtp", linear_attention_layers=45).parts)

@@ -147,3 +147,14 @@ def test_allreduce_table_and_ring() -> None:
     big = 262144 + 22.2e9 * 1e-3  # 1 ms of ring bytes past the table
     assert hw.allreduce_us(link, big, 8, 24.1, 22.2) == pytest.approx(28.0 + 1.75e3, rel=1e-3)
     assert hw.interconnect("nvlink", hw.gpu("B200")).name == "nvlink5"
+
+
+def test_a_hybrid_model_on_vllm_pays_its_linear_attention_layers_host_work() -> None:
+    result = predict(scenario_from_dict(case("Qwen3.5-397B-A17B NVFP4 + MTP=2")), with_sensitivity=False)
+    dep = result.deployment
+    assert dep.arch.linear_layers == 45
+    parts = {p.name: p for p in dep.mode.parts}
+    assert parts["linear_attention_host"].high == pytest.approx(3.9)
+    # vLLM >= 0.17 (the first release serving Qwen3.5) keeps MTP's async scheduling: nothing lost
+    assert parts["async_scheduling_lost"].high == 0.0 and not dep.mode.unknown
+    assert "linear_attention_host" in result.row(1).parts["mode"]["source"]
