@@ -149,6 +149,19 @@ def test_allreduce_table_and_ring() -> None:
     assert hw.interconnect("nvlink", hw.gpu("B200")).name == "nvlink5"
 
 
+def test_the_drafter_overhead_is_specdecode_bench_draft_phase_less_its_reads() -> None:
+    from speclab.whatif.step import draft_pass_overhead_ms
+
+    # 2.135 ms / 3 passes, less one EAGLE layer + 128k LM head of Llama-3.1-8B (743 M params, 16 bits) read at
+    # 70 % and 90 % of 3.35 TB/s
+    low, high = draft_pass_overhead_ms()
+    assert (low, high) == pytest.approx((0.0777, 0.2186), abs=1e-3)
+    dep = prepare(scenario_from_dict(case("MiniMax-M3 FP8 + EAGLE3")))
+    item = dep.input("draft_pass_ms")
+    assert (item.low, item.high, item.label) == (0.08, 0.22, "borrowed")
+    assert "paid by both arms" in item.source
+
+
 def test_a_hybrid_model_on_vllm_pays_its_linear_attention_layers_host_work() -> None:
     result = predict(scenario_from_dict(case("Qwen3.5-397B-A17B NVFP4 + MTP=2")), with_sensitivity=False)
     dep = result.deployment
