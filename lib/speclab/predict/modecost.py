@@ -334,14 +334,18 @@ def _interp_log(concurrency: float, table: dict[int, float]) -> float:
 
 
 # What a speculative server pays that no part above names (host syncs per step, sampling and
-# bookkeeping, state copies of hybrid models, a CUDA-graph mode that differs with speculation):
-# 0 to 20 % of a decode step, the span of the mode taxes measured in the open (a dynamic
-# schedule's K=0 tax +6.6 to +21.6 %, PIECEWISE graphs +16 %; vllm-project/vllm#49548). Assumed
-# until the host-measured residual replaces it.
+# bookkeeping, rejection and metadata work): from 0 up to the one open measurement of speculative
+# machinery with nothing drafted, a dynamic schedule's K=0 tax, +6.6 % of a step at 2 sequences to
+# +21.6 % at 189 (1x H100 NVL, vLLM 0.27.1, gemma-4-31B FP8; vllm-project/vllm#49548), read at the
+# deployment's sequences per GPU (log-interpolated, clamped to the measured ends). That tax
+# includes the PIECEWISE graphs the schedule forces, so it bounds the residual from above; the
+# graph mode (+16 % single-stream, Qwen3.5-122B) and a hybrid model's host work are parts of their
+# own where they apply. Assumed until the host-measured residual replaces it. (Until 2026-12-04:
+# a flat 0-20 % at every concurrency, RESIDUAL_FRACTION.)
 RESIDUAL_FRACTION = (0.0, 0.20)
-_RESIDUAL_SOURCE = ("what published speculative servers pay beyond named parts: 0-20 % of a decode step (assumed; "
-                    "the span of the open mode-tax measurements, +6.6 to +21.6 % K=0 tax and +16 % PIECEWISE graphs, "
-                    "vllm-project/vllm#49548)")
+_RESIDUAL_SOURCE = ("what a speculative server pays beyond named parts (assumed): up to the K=0 tax of a dynamic "
+                    "schedule, speculative machinery with nothing drafted, +6.6 % of a step at 2 sequences to +21.6 % "
+                    "at 189 (1x H100 NVL, vLLM 0.27.1; vllm-project/vllm#49548), at this deployment's sequences per GPU")
 
 
 # A hybrid model's linear-attention (Gated DeltaNet) layers under vLLM speculation. Two readings
@@ -372,9 +376,10 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
     states about the two arms' overlap, in place of the table (``None``: from the table).
 
     Parts with ``unit == "fraction"`` are fractions of the baseline's decode step
-    (:meth:`ModeCostPart.ms`). ``residual``: add the assumed 0-20 % of a step no named part
-    explains (off by default; the what-if turns it on; leave it off where a measured residual
-    takes its place). ``linear_attention_layers``: a hybrid model's linear-attention layers,
+    (:meth:`ModeCostPart.ms`). ``residual``: add the assumed share of a step no named part
+    explains, 0 up to the K=0 tax at ``concurrency`` sequences a GPU (its largest reading where
+    ``concurrency`` is not given; off by default; the what-if turns it on; leave it off where a
+    measured residual takes its place). ``linear_attention_layers``: a hybrid model's linear-attention layers,
     whose host work vLLM's speculative path may put on every step (:data:`LINEAR_ATTENTION_HOST_MS_PER_LAYER`
     a layer, ms). A model-based drafter's
     GPU time is not here: it is the step model's (``speclab.whatif.step``).
@@ -435,8 +440,14 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
                                       hi * linear_attention_layers, "ms", "borrowed",
                                       f"{linear_attention_layers} linear-attention layers: {_LINEAR_SOURCE}"))
     if residual:
-        out.parts.append(ModeCostPart("residual", RESIDUAL_FRACTION[0], RESIDUAL_FRACTION[1], "fraction", "assumed",
-                                      _RESIDUAL_SOURCE))
+        if concurrency is None:
+            top, where = max(DSD_K0_TAX.values()), "its largest reading"
+        else:
+            top = _interp_log(concurrency, DSD_K0_TAX)
+            where = f"the K=0 tax at {concurrency:g} sequence{'' if concurrency == 1 else 's'} a GPU" + (
+                " (clamped to the measured 2-189)" if not min(DSD_K0_TAX) <= concurrency <= max(DSD_K0_TAX) else "")
+        out.parts.append(ModeCostPart("residual", 0.0, top, "fraction", "assumed",
+                                      f"{_RESIDUAL_SOURCE}: 0 to {top:.1%} of a step here ({where})"))
     if pipeline_parallel > 1:
         out.parts.append(ModeCostPart("pipeline_round", PIPELINE_ROUND_FRACTION[0], PIPELINE_ROUND_FRACTION[1], "fraction",
                                       "borrowed", _PIPELINE_SOURCE))

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from speclab.predict.modecost import ModeCost
 from speclab.whatif import sensitivity
 from speclab.whatif.scenario import Scenario
-from speclab.whatif.step import Deployment, prepare, step_times
+from speclab.whatif.step import Deployment, mode_at, prepare, step_times
 
 __all__ = ["DRAWS", "PART_LABELS", "Row", "WhatIf", "predict", "verdict_of"]
 
@@ -124,13 +125,17 @@ def _draws(dep: Deployment, n: int, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
+def _mode_source(mode: ModeCost) -> tuple[str, str]:
+    modes = mode.parts
+    label = "assumed" if any(p.label == "assumed" for p in modes) else ("borrowed" if modes else "assumed")
+    return label, "; ".join(f"{p.name} ({p.label}): {p.source}" for p in modes) or "none"
+
+
 def _part_sources(dep: Deployment, mids: dict[str, float]) -> dict[str, tuple[str, str]]:
     scn = dep.scenario
     fixed = (("fitted", "the published baseline step minus the other parts" +
               (" (interpolated in concurrency between the published points)" if len(dep.anchors) > 1 else ""))
              if dep.anchors else ("assumed", dep.input("fixed_ms").source))
-    modes = dep.mode.parts
-    mode_label = "assumed" if any(p.label == "assumed" for p in modes) else ("borrowed" if modes else "assumed")
     out = {
         "weights": ("borrowed", f"non-expert weights from model.config; {dep.input('hbm_efficiency').source}"),
         "experts": ("borrowed", "distinct experts E(1-(1-K/E)^t) a layer from model.config; "
@@ -141,7 +146,7 @@ def _part_sources(dep: Deployment, mids: dict[str, float]) -> dict[str, tuple[st
         "fixed": fixed,
         "drafter": ("assumed", ("; ".join(n for n in dep.notes if n.startswith(("MTP", "EAGLE", "dspark", "dflash")))
                                 + "; " + dep.input("draft_pass_ms").source) if dep.drafter else "no drafter pass"),
-        "mode": (mode_label, "; ".join(f"{p.name} ({p.label}): {p.source}" for p in modes) or "none"),
+        "mode": _mode_source(dep.mode),
     }
     if scn.parallel.attention_data_parallel > 1 and dep.link:
         out["communication"] = ("borrowed", "two all-to-alls a MoE layer (DP attention + expert parallel), "
@@ -191,8 +196,9 @@ def predict(scenario: Scenario, *, draws: int = DRAWS, seed: int = 0, strict_ver
                 low, high = min(low, float(alt.speedup)), max(high, float(alt.speedup))
         low, high = min(low, s), max(high, s)
         parts = {}
+        row_sources = {**sources, "mode": _mode_source(mode_at(dep, c))}
         for name in list(point.baseline_parts) + ["drafter", "mode"]:
-            label, source = sources[name]
+            label, source = row_sources[name]
             parts[name] = {"baseline_ms": round(float(point.baseline_parts.get(name, 0.0)), 4),
                            "spec_ms": round(float(point.spec_parts.get(name, 0.0)), 4), "label": label,
                            "source": source}

@@ -481,15 +481,26 @@ def _drafter_ms(dep: Deployment, v: Mapping[str, Any], batch: float, ctx: Any) -
     return passes * one
 
 
+def sequences_per_gpu(dep: Deployment, concurrency: float) -> float:
+    """The sequences one attention rank steps at ``concurrency`` (DP attention splits them)."""
+    return float(concurrency) / max(dep.scenario.parallel.attention_data_parallel, 1)
+
+
+def mode_at(dep: Deployment, concurrency: float) -> ModeCost:
+    """Speculative mode's own cost parts at one concurrency (the per-batch schedule's tax and the
+    residual depend on the sequences a GPU steps)."""
+    overlap = dep.scenario.engine.overlap
+    return mode_cost_parts(str(dep.scenario.engine.name), dep.scenario.engine.version, dep.method,
+                           per_batch_schedule=dep.scenario.option.per_batch_schedule,
+                           pipeline_parallel=dep.scenario.parallel.pipeline,
+                           concurrency=sequences_per_gpu(dep, concurrency),
+                           baseline_overlap=overlap.baseline if overlap else None,
+                           option_overlap=overlap.option if overlap else None, residual=True,
+                           linear_attention_layers=dep.arch.linear_layers)
+
+
 def _mode_ms(dep: Deployment, v: Mapping[str, Any], baseline_ms: Any, concurrency: float) -> Any:
-    mode = dep.mode
-    if dep.scenario.option.per_batch_schedule:
-        overlap = dep.scenario.engine.overlap
-        mode = mode_cost_parts(str(dep.scenario.engine.name), dep.scenario.engine.version, dep.method,
-                               per_batch_schedule=True, pipeline_parallel=dep.scenario.parallel.pipeline,
-                               concurrency=concurrency, baseline_overlap=overlap.baseline if overlap else None,
-                               option_overlap=overlap.option if overlap else None, residual=True,
-                               linear_attention_layers=dep.arch.linear_layers)
+    mode = mode_at(dep, concurrency)
     u = np.asarray(v["mode_share"], float)
     total: Any = 0.0
     for part in mode.parts:

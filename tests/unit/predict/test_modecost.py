@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from speclab.predict.modecost import (
@@ -53,7 +55,8 @@ def test_parts_in_ms_and_fraction() -> None:
     assert low == pytest.approx(OVERLAP_LOST_FRACTION[0] * 10 + 0.05)
     assert high == pytest.approx(OVERLAP_LOST_FRACTION[1] * 10 + 0.5)
     assert mode_cost_parts("vllm", "0.32", "eagle3").ms(10.0) == (0.0, 0.0)
-    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=True).ms(10.0) == pytest.approx((0.0, 2.0))
+    # the residual: up to the K=0 tax, its largest reading where no concurrency is given
+    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=True).ms(10.0) == pytest.approx((0.0, 2.158))
 
 
 def test_trtllm_ngram_is_up_to_15_percent_of_the_iteration() -> None:
@@ -122,3 +125,16 @@ def test_linear_attention_layers_under_vllm_speculation() -> None:
     assert not any(p.name == "linear_attention_host" for p in mode_cost_parts("vllm", ">=0.17", "mtp").parts)
     assert not any(p.name == "linear_attention_host"
                    for p in mode_cost_parts("sglang", "0.6.0", "mtp", linear_attention_layers=45).parts)
+
+
+def test_the_residual_follows_the_k0_tax_by_sequences_a_gpu() -> None:
+    # vllm#49548: +6.56 % at 2 sequences, +21.58 % at 189, log-interpolated, clamped to the measured ends
+    def top(c: float) -> float:
+        return mode_cost_parts("vllm", "0.32", "eagle3", residual=True, concurrency=c).ms(100.0)[1]
+
+    assert top(1) == pytest.approx(6.56) and top(2) == pytest.approx(6.56)
+    assert top(189) == pytest.approx(21.58) and top(4096) == pytest.approx(21.58)
+    assert top(13) == pytest.approx(6.56 + 15.02 * (math.log(13 / 2) / math.log(189 / 2)), rel=1e-6)
+    part = next(p for p in mode_cost_parts("sglang", "0.6", "mtp", residual=True, concurrency=13).parts
+                if p.name == "residual")
+    assert part.low == 0.0 and part.label == "assumed" and "#49548" in part.source
