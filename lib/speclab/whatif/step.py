@@ -247,9 +247,19 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
         passes = 0
     elif method in BLOCK_METHODS:
         passes, per_pass = 1, float(k)
-        drafter = arch.one_layer(moe=False, ffn_params=arch.dense_ffn_params or 12.0 * arch.hidden ** 2)
-        notes.append(f"{method}: one drafter pass drafts the block of {k} (a dense layer of the target's width and "
-                     "its LM head, assumed)")
+        if method == "dspark" and arch.dspark_stages:
+            # a checkpoint's own DSpark drafter (DeepSeek-V4): a stack of MTP-style stages of the target's
+            # layer shape, routed experts included, one per captured target layer
+            drafter = arch.one_layer(layers=arch.dspark_stages)
+            notes.append(f"dspark: one drafter pass drafts the block of {k} through the checkpoint's "
+                         f"{arch.dspark_stages} stages (one per dspark_target_layer_ids entry), each a layer of the "
+                         "target's shape with its routed experts, and one LM head (sgl-project/sglang#29538: 'a "
+                         "3-stage MTP stack'; vllm-project/vllm#56797: '3 stages'; xLLM-AI/xllm#2172: three stages "
+                         "with MoE across EP ranks)")
+        else:
+            drafter = arch.one_layer(moe=False, ffn_params=arch.dense_ffn_params or 12.0 * arch.hidden ** 2)
+            notes.append(f"{method}: one drafter pass drafts the block of {k} (a dense layer of the target's width and "
+                         "its LM head, assumed)")
     else:
         passes = int(opt.draft_passes) if opt.draft_passes else (None if opt.tree else k)
         if opt.tree:
