@@ -189,3 +189,17 @@ def test_the_interval_holds_two_server_instances_spread(monkeypatch: pytest.Monk
     a, b = with_restart.row(1), parts_only.row(1)
     assert a.speedup == pytest.approx(b.speedup)  # the point prediction does not move
     assert a.high - a.low > b.high - b.low + 0.05
+
+
+def test_dspark_on_a_deepseek_v4_checkpoint_drafts_through_its_stages() -> None:
+    # dspark_target_layer_ids [40, 41, 42]: three stages of the target's layer shape, routed experts included
+    dep = prepare(scenario_from_dict(case("DeepSeek-V4-Flash-0731 + DSpark fixed K=7")))
+    assert dep.arch.dspark_stages == 3 and dep.drafter is not None
+    assert (dep.drafter.layers, dep.drafter.moe_layers, dep.drafter.experts) == (3, 3, 256)
+    assert (dep.passes, dep.tokens_per_pass) == (1, 7.0)
+    assert any("3 stages" in n and "#29538" in n for n in dep.notes)
+    # a block drafter without the checkpoint's stage list keeps one dense layer (assumed)
+    data = case("DeepSeek-V4-Flash-0731 + DSpark fixed K=7")
+    config = {k: v for k, v in data["model"]["config"].items() if k != "dspark_target_layer_ids"}
+    dense = prepare(scenario_from_dict({**data, "model": {**data["model"], "config": config}}))
+    assert dense.drafter is not None and (dense.drafter.layers, dense.drafter.moe_layers) == (1, 0)
