@@ -41,6 +41,7 @@ __all__ = [
     "DSD_K0_TAX",
     "HostMeasurement",
     "ENGINES",
+    "LINEAR_ATTENTION_HOST_MS_PER_LAYER",
     "OVERLAP_LOST_FRACTION",
     "OVERLAP_RULES",
     "RESIDUAL_FRACTION",
@@ -122,18 +123,34 @@ _SGLANG_MAIN = ("SGLang main in 2026 (python/sglang/srt/arg_groups/speculative_h
                 "'SGLANG_ENABLE_SPEC_V2 has been removed: speculative decoding always runs the V2 worker'; overlap "
                 "stays on unless --disable-overlap-schedule or a CPU device, for EAGLE-family and NGRAM alike")
 
+_VLLM_014 = ("vLLM 0.14-0.31: vllm-project/vllm#31998 (merged 2026-01-08, 'Enable async scheduling by default with "
+             "spec decoding') keeps async scheduling on by default for EAGLE/MTP (EagleModelTypes) and disables it "
+             "implicitly for other methods; vllm-project/vllm-ascend#6485 reads that block in 0.14.0rc1, and "
+             "vllm-project/vllm#39206 (2026-04-07) asserts it in the EAGLE, EAGLE3 and MTP end-to-end tests")
+
 # Methods by the names the scenario schema uses (``option.method``); engines' spellings are
 # mapped by :func:`normalise_method`.
 _VLLM_KEEPS = ("eagle", "eagle3", "mtp", "ngram_gpu", "draft_model", "dspark", "dflash")
 _VLLM_DROPS = ("ngram", "suffix", "medusa", "mlp_speculator")
+_VLLM_EAGLE_TYPES = ("eagle", "eagle3", "mtp")
 
 OVERLAP_RULES: tuple[OverlapRule, ...] = (
     OverlapRule("vllm", ">=0.32", _VLLM_KEEPS, "kept", _VLLM_032),
     OverlapRule("vllm", ">=0.32", _VLLM_DROPS, "lost", _VLLM_032),
-    # Before 0.32 the table holds no reading of the source: async scheduling itself, and its
-    # support for each method, arrived over several releases.
-    OverlapRule("vllm", "<=0.31.99", _VLLM_KEEPS + _VLLM_DROPS, "unknown",
-                "no vLLM source before 0.32 read for this table"),
+    # From 0.14 EAGLE/MTP keep it (vllm#31998), and the methods 0.32 still drops were dropped
+    # all along; when ngram_gpu, draft_model (vllm#48341, 2026-07-11), dspark and dflash joined the
+    # list before 0.32 is not placed by a release, so they stay unknown there.
+    OverlapRule("vllm", "0.14..0.31.99", _VLLM_EAGLE_TYPES, "kept", _VLLM_014),
+    OverlapRule("vllm", "0.14..0.31.99", _VLLM_DROPS, "lost",
+                _VLLM_014 + "; the methods vLLM 0.32 still drops were never on the list"),
+    OverlapRule("vllm", "0.14..0.31.99", tuple(m for m in _VLLM_KEEPS if m not in _VLLM_EAGLE_TYPES), "unknown",
+                "no vLLM release between 0.14 and 0.32 placed for this method in this table (it joined the list "
+                "vllm#31998 started at some point before 0.32)"),
+    # Before 0.14: async scheduling became the default without speculation (vllm#27614) before it
+    # did with it (vllm#31998), so a speculative arm could lose what its baseline kept.
+    OverlapRule("vllm", "<=0.13.99", _VLLM_KEEPS + _VLLM_DROPS, "unknown",
+                "no vLLM source before 0.14 read for this table (async scheduling was on by default without "
+                "speculation before vllm-project/vllm#31998 turned it on with EAGLE/MTP)"),
     OverlapRule("sglang", "0.4.0..0.5.6", ("eagle", "eagle3", "mtp", "draft_model", "ngram"), "lost", _SGLANG_056),
     OverlapRule("sglang", "0.5.7..0.5.99", ("eagle", "eagle3", "mtp", "draft_model", "ngram", "dspark", "dflash"),
                 "unknown", "no SGLang source between v0.5.6 and the 2026 main read for this table (Spec V2 "
@@ -201,6 +218,13 @@ def normalise_method(method: str) -> str:
     return "mtp" if m.endswith("_mtp") else m
 
 
+def _lower_bound(version: str | None) -> tuple[int, ...] | None:
+    """``">=0.17"`` (a version known only from below, e.g. from the first release that serves the
+    model): the bound; otherwise ``None``."""
+    match = re.fullmatch(r">=\s*v?(\d+(?:\.\d+)*)", str(version or "").strip())
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
 def _parse_version(version: str | None) -> tuple[int, ...] | None:
     if version is None:
         return None
@@ -231,10 +255,19 @@ def _in_range(version: tuple[int, ...], spec: str) -> bool:
     return cmp(version, num(low)) >= 0 and cmp(version, num(high)) <= 0
 
 
+def _reaches(bound: tuple[int, ...], spec: str) -> bool:
+    """Whether a version at or above ``bound`` can fall in ``spec``."""
+    if spec == "any" or spec.startswith(">="):
+        return True
+    top = spec[2:] if spec.startswith("<=") else spec.split("..")[1]
+    return _in_range(bound, f"<={top}")
+
+
 def overlap_status(engine: str, version: str | None, method: str) -> OverlapStatus:
     """Whether ``engine`` at ``version`` keeps its CPU/GPU overlap when speculating with
     ``method``: ``kept``, ``lost``, or ``unknown`` (engine, method or version not in the table;
-    the source says which)."""
+    the source says which). ``version`` may be a lower bound, ``">=0.17"`` (known only from the
+    first release that serves the model): the status holds where every row from there on agrees."""
     eng, meth = engine.strip().lower(), normalise_method(method)
     rows = [r for r in OVERLAP_RULES if r.engine == eng and meth in r.methods]
     if not rows:
@@ -245,6 +278,16 @@ def overlap_status(engine: str, version: str | None, method: str) -> OverlapStat
         if hit:
             return OverlapStatus(hit[0].overlap, hit[0].source)
         return OverlapStatus("unknown", f"{engine} {version} is outside the versions the mode table covers")
+    bound = _lower_bound(version)
+    if bound is not None:
+        # every row that a version at or above the bound can fall in must agree
+        above = [r for r in rows if _reaches(bound, r.versions)]
+        states = {r.overlap for r in above}
+        if len(states) == 1 and "unknown" not in states:
+            return OverlapStatus(above[0].overlap, "; ".join(dict.fromkeys(r.source for r in above))
+                                 + f" (version {version}: every row from there on agrees)")
+        return OverlapStatus("unknown", f"the {engine} version is {version}, and the versions in the mode table from "
+                                        f"there on disagree on whether {meth} keeps the overlap or are not placed")
     unversioned = [r for r in rows if r.versions == "any"]
     if unversioned:
         return OverlapStatus(unversioned[0].overlap, unversioned[0].source)
@@ -291,20 +334,40 @@ def _interp_log(concurrency: float, table: dict[int, float]) -> float:
 
 
 # What a speculative server pays that no part above names (host syncs per step, sampling and
-# bookkeeping, state copies of hybrid models, a CUDA-graph mode that differs with speculation):
-# 0 to 20 % of a decode step, the span of the mode taxes measured in the open (a dynamic
-# schedule's K=0 tax +6.6 to +21.6 %, PIECEWISE graphs +16 %; vllm-project/vllm#49548). Assumed
-# until the host-measured residual replaces it.
+# bookkeeping, rejection and metadata work): from 0 up to the one open measurement of speculative
+# machinery with nothing drafted, a dynamic schedule's K=0 tax, +6.6 % of a step at 2 sequences to
+# +21.6 % at 189 (1x H100 NVL, vLLM 0.27.1, gemma-4-31B FP8; vllm-project/vllm#49548), read at the
+# deployment's sequences per GPU (log-interpolated, clamped to the measured ends). That tax
+# includes the PIECEWISE graphs the schedule forces, so it bounds the residual from above; the
+# graph mode (+16 % single-stream, Qwen3.5-122B) and a hybrid model's host work are parts of their
+# own where they apply. Assumed until the host-measured residual replaces it. (Until 2026-12-04:
+# a flat 0-20 % at every concurrency, RESIDUAL_FRACTION.)
 RESIDUAL_FRACTION = (0.0, 0.20)
-_RESIDUAL_SOURCE = ("what published speculative servers pay beyond named parts: 0-20 % of a decode step (assumed; "
-                    "the span of the open mode-tax measurements, +6.6 to +21.6 % K=0 tax and +16 % PIECEWISE graphs, "
-                    "vllm-project/vllm#49548)")
+_RESIDUAL_SOURCE = ("what a speculative server pays beyond named parts (assumed): up to the K=0 tax of a dynamic "
+                    "schedule, speculative machinery with nothing drafted, +6.6 % of a step at 2 sequences to +21.6 % "
+                    "at 189 (1x H100 NVL, vLLM 0.27.1; vllm-project/vllm#49548), at this deployment's sequences per GPU")
+
+
+# A hybrid model's linear-attention (Gated DeltaNet) layers under vLLM speculation. Two readings
+# disagree: with piecewise CUDA graphs the host sits on every step's critical path, the GPU idle
+# 4.16 ms of a 24.73 ms step over a model of 48 GDN layers (Qwen3.8-27B, MTP k=3, RTX 4090;
+# vllm-project/vllm#55978, per-GDN-layer Python work among it), i.e. up to ~87 us a GDN layer; an
+# instrumented run found uniform decode steps replaying the GDN layers inside the FULL graph, 0
+# eager (vllm-project/vllm#51008). The range spans both. Larger reports are not spanned: one
+# setup's MTP step of 46.1 ms against 17.5 ms without, blamed on the CUDA-graph downgrade that
+# speculation triggers (vLLM 0.27.1, sm_80, prefix caching; vllm-project/vllm#35387 comment).
+LINEAR_ATTENTION_HOST_MS_PER_LAYER = (0.0, 4.16 / 48)
+_LINEAR_SOURCE = ("a hybrid model's linear-attention layers under vLLM speculation: 0 (uniform decode steps replay the "
+                  "GDN layers inside the FULL graph, vllm-project/vllm#51008) to 4.16 ms of GPU idle over 48 GDN layers "
+                  "(piecewise graphs put the host on every step's path; Qwen3.8-27B MTP k=3, RTX 4090, "
+                  "vllm-project/vllm#55978), ~87 us a layer; not spanned: a 46.1 ms MTP step against 17.5 ms "
+                  "(vllm-project/vllm#35387); see also vllm-project/vllm#47277, #43955")
 
 
 def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_schedule: bool = False,
                     pipeline_parallel: int = 1, concurrency: float | None = None,
                     baseline_overlap: bool | None = None, option_overlap: bool | None = None,
-                    residual: bool = False) -> ModeCost:
+                    residual: bool = False, linear_attention_layers: int = 0) -> ModeCost:
     """The GPU-side parts of speculative mode's own cost for one deployment.
 
     ``per_batch_schedule``: vLLM's ``num_speculative_tokens_per_batch_size`` is set (its K=0 tax
@@ -313,9 +376,12 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
     states about the two arms' overlap, in place of the table (``None``: from the table).
 
     Parts with ``unit == "fraction"`` are fractions of the baseline's decode step
-    (:meth:`ModeCostPart.ms`). ``residual``: add the assumed 0-20 % of a step no named part
-    explains (off by default; the what-if turns it on; leave it off where a measured residual
-    takes its place). A model-based drafter's
+    (:meth:`ModeCostPart.ms`). ``residual``: add the assumed share of a step no named part
+    explains, 0 up to the K=0 tax at ``concurrency`` sequences a GPU (its largest reading where
+    ``concurrency`` is not given; off by default; the what-if turns it on; leave it off where a
+    measured residual takes its place). ``linear_attention_layers``: a hybrid model's linear-attention layers,
+    whose host work vLLM's speculative path may put on every step (:data:`LINEAR_ATTENTION_HOST_MS_PER_LAYER`
+    a layer, ms). A model-based drafter's
     GPU time is not here: it is the step model's (``speclab.whatif.step``).
     """
     eng, meth = engine.strip().lower(), normalise_method(method)
@@ -368,9 +434,20 @@ def mode_cost_parts(engine: str, version: str | None, method: str, *, per_batch_
         out.parts.append(ModeCostPart("dynamic_schedule", 0.0, max(tax - PIECEWISE_STEP_FRACTION, 0.0), "fraction",
                                       "borrowed", f"{_DSD_SOURCE}: {tax:+.1%} here, less the graph mode it includes "
                                       "(low end 0: the two measurements overlap)"))
+    if linear_attention_layers > 0 and eng == "vllm":
+        lo, hi = LINEAR_ATTENTION_HOST_MS_PER_LAYER
+        out.parts.append(ModeCostPart("linear_attention_host", lo * linear_attention_layers,
+                                      hi * linear_attention_layers, "ms", "borrowed",
+                                      f"{linear_attention_layers} linear-attention layers: {_LINEAR_SOURCE}"))
     if residual:
-        out.parts.append(ModeCostPart("residual", RESIDUAL_FRACTION[0], RESIDUAL_FRACTION[1], "fraction", "assumed",
-                                      _RESIDUAL_SOURCE))
+        if concurrency is None:
+            top, where = max(DSD_K0_TAX.values()), "its largest reading"
+        else:
+            top = _interp_log(concurrency, DSD_K0_TAX)
+            where = f"the K=0 tax at {concurrency:g} sequence{'' if concurrency == 1 else 's'} a GPU" + (
+                " (clamped to the measured 2-189)" if not min(DSD_K0_TAX) <= concurrency <= max(DSD_K0_TAX) else "")
+        out.parts.append(ModeCostPart("residual", 0.0, top, "fraction", "assumed",
+                                      f"{_RESIDUAL_SOURCE}: 0 to {top:.1%} of a step here ({where})"))
     if pipeline_parallel > 1:
         out.parts.append(ModeCostPart("pipeline_round", PIPELINE_ROUND_FRACTION[0], PIPELINE_ROUND_FRACTION[1], "fraction",
                                       "borrowed", _PIPELINE_SOURCE))

@@ -47,6 +47,7 @@ class Architecture:
     shared_params: float  # shared experts of one MoE layer
     mtp_layers: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    dspark_stages: int = 0  # a checkpoint's own DSpark drafter: its stages (one per captured target layer)
 
     @property
     def is_moe(self) -> bool:
@@ -71,15 +72,18 @@ class Architecture:
     def active_params(self) -> float:
         return self.dense_params + self.moe_layers * self.top_k * self.expert_params
 
-    def one_layer(self, *, moe: bool | None = None, ffn_params: float | None = None, vocab: int | None = None) -> Architecture:
-        """A one-layer model of the same width (a drafter: an MTP layer, an EAGLE head)."""
+    def one_layer(self, *, moe: bool | None = None, ffn_params: float | None = None, vocab: int | None = None,
+                  layers: int = 1) -> Architecture:
+        """A model of ``layers`` layers (default one) of the same width and one LM head (a drafter: an
+        MTP layer, an EAGLE head, a block drafter's stages)."""
         moe = self.is_moe if moe is None else moe
         from dataclasses import replace
 
-        return replace(self, name=f"{self.name} (one layer)", layers=1, attn_layers=1, linear_layers=0,
-                       dense_ffn_layers=0 if moe else 1,
+        name = f"{self.name} (one layer)" if layers == 1 else f"{self.name} ({layers} layers)"
+        return replace(self, name=name, layers=layers, attn_layers=layers, linear_layers=0,
+                       dense_ffn_layers=0 if moe else layers,
                        dense_ffn_params=self.dense_ffn_params if ffn_params is None else ffn_params,
-                       moe_layers=1 if moe else 0, vocab=self.vocab if vocab is None else vocab, mtp_layers=0)
+                       moe_layers=layers if moe else 0, vocab=self.vocab if vocab is None else vocab, mtp_layers=0)
 
 
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,6 +204,8 @@ def from_config(config: Mapping[str, Any], name: str = "model") -> Architecture:
         raise SpeclabError("model.config has dense FFN layers but no intermediate_size; the step model needs it.")
     dense_ffn = float(3 * hidden * int(dense_inter)) if dense_layers else 0.0
     mtp = int(_first(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers") or 0)
+    dspark_targets = cfg.get("dspark_target_layer_ids")
+    dspark_stages = len(dspark_targets) if isinstance(dspark_targets, list) else 0
     return Architecture(
         name=name, layers=layers, hidden=hidden, vocab=vocab, heads=heads, attn_layers=attn_layers,
         linear_layers=linear_layers, attn_params=attn_params, linear_params=linear_params,
@@ -207,4 +213,5 @@ def from_config(config: Mapping[str, Any], name: str = "model") -> Architecture:
         attn_flops_per_context_token=attn_flops, sparse_attention_tokens=sparse_tokens,
         indexer_bytes_per_token=indexer_bytes, linear_state_bytes=linear_state, dense_ffn_layers=dense_layers,
         dense_ffn_params=dense_ffn, moe_layers=moe_layers, experts=experts, top_k=top_k,
-        expert_params=expert_params, shared_params=shared_params, mtp_layers=mtp, notes=tuple(notes))
+        expert_params=expert_params, shared_params=shared_params, mtp_layers=mtp, notes=tuple(notes),
+        dspark_stages=dspark_stages)

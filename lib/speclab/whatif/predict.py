@@ -14,19 +14,27 @@ rule that source out. The verdict is ``win`` or ``lose`` where the interval lies
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from speclab.options import INSTANCE_SD
+from speclab.predict.modecost import ModeCost
 from speclab.whatif import sensitivity
 from speclab.whatif.scenario import Scenario
-from speclab.whatif.step import Deployment, prepare, step_times
+from speclab.whatif.step import Deployment, mode_at, prepare, step_times
 
-__all__ = ["DRAWS", "PART_LABELS", "Row", "WhatIf", "predict", "verdict_of"]
+__all__ = ["DRAWS", "PART_LABELS", "RESTART_SD", "Row", "WhatIf", "predict", "verdict_of"]
 
 DRAWS = 1000
 MIN_KEPT = 50
+# One server instance's speed about its arm's mean (log sd): speclab's A/A restarts, 3.5 %
+# (speclab.options.INSTANCE_SD, borrowed for servers speclab did not measure). A speedup compares
+# two instances (the baseline measured and the restart), so its log carries sqrt(2) of that.
+RESTART_SD = math.sqrt(2.0) * INSTANCE_SD
+RESTART_DRAWS = 8  # instance-noise draws per input draw (smooths the percentiles where few draws are kept)
 GROUP_CORRELATION = 0.5  # assumed: how much of an input's variation its group shares
 
 PART_LABELS = {
@@ -124,13 +132,17 @@ def _draws(dep: Deployment, n: int, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
+def _mode_source(mode: ModeCost) -> tuple[str, str]:
+    modes = mode.parts
+    label = "assumed" if any(p.label == "assumed" for p in modes) else ("borrowed" if modes else "assumed")
+    return label, "; ".join(f"{p.name} ({p.label}): {p.source}" for p in modes) or "none"
+
+
 def _part_sources(dep: Deployment, mids: dict[str, float]) -> dict[str, tuple[str, str]]:
     scn = dep.scenario
     fixed = (("fitted", "the published baseline step minus the other parts" +
               (" (interpolated in concurrency between the published points)" if len(dep.anchors) > 1 else ""))
              if dep.anchors else ("assumed", dep.input("fixed_ms").source))
-    modes = dep.mode.parts
-    mode_label = "assumed" if any(p.label == "assumed" for p in modes) else ("borrowed" if modes else "assumed")
     out = {
         "weights": ("borrowed", f"non-expert weights from model.config; {dep.input('hbm_efficiency').source}"),
         "experts": ("borrowed", "distinct experts E(1-(1-K/E)^t) a layer from model.config; "
@@ -141,7 +153,7 @@ def _part_sources(dep: Deployment, mids: dict[str, float]) -> dict[str, tuple[st
         "fixed": fixed,
         "drafter": ("assumed", ("; ".join(n for n in dep.notes if n.startswith(("MTP", "EAGLE", "dspark", "dflash")))
                                 + "; " + dep.input("draft_pass_ms").source) if dep.drafter else "no drafter pass"),
-        "mode": (mode_label, "; ".join(f"{p.name} ({p.label}): {p.source}" for p in modes) or "none"),
+        "mode": _mode_source(dep.mode),
     }
     if scn.parallel.attention_data_parallel > 1 and dep.link:
         out["communication"] = ("borrowed", "two all-to-alls a MoE layer (DP attention + expert parallel), "
@@ -177,12 +189,20 @@ def predict(scenario: Scenario, *, draws: int = DRAWS, seed: int = 0, strict_ver
     medians = _median(sample, kept_mask)
     mids = {i.name: (i.centre if i.spec_only else medians[i.name]) for i in dep.inputs}
     kept = {k: v[kept_mask] for k, v in sample.items()}
+    # a restart is one server instance, and so was the baseline measured: the speedup a restart shows
+    # carries both instances' spread (RESTART_DRAWS noise draws per input draw, the same at every
+    # concurrency: an instance is as fast or slow at every load)
+    restart = np.exp(np.random.default_rng(seed + 1).standard_normal((int(kept_mask.sum()), RESTART_DRAWS))
+                     * RESTART_SD)
+    notes.append(f"The interval holds two server instances' spread ({RESTART_SD:.1%} on the speedup's log, sqrt(2) x "
+                 f"{INSTANCE_SD:.1%} an instance, borrowed: speclab's A/A restart spread, speclab.options.INSTANCE_SD): "
+                 "the baseline measured and the restart are one instance each.")
     sources = _part_sources(dep, mids)
     al_item = dep.input("acceptance_length")
     rows = []
     for c in scenario.concurrencies:
         point = step_times(dep, mids, c)
-        spread = np.asarray(step_times(dep, kept, c).speedup, float)
+        spread = (np.asarray(step_times(dep, kept, c).speedup, float)[:, None] * restart).ravel()
         s = float(point.speedup)
         low, high = (float(x) for x in np.quantile(spread, [0.05, 0.95]))
         for values in _sources(dep).values():
@@ -191,8 +211,9 @@ def predict(scenario: Scenario, *, draws: int = DRAWS, seed: int = 0, strict_ver
                 low, high = min(low, float(alt.speedup)), max(high, float(alt.speedup))
         low, high = min(low, s), max(high, s)
         parts = {}
+        row_sources = {**sources, "mode": _mode_source(mode_at(dep, c))}
         for name in list(point.baseline_parts) + ["drafter", "mode"]:
-            label, source = sources[name]
+            label, source = row_sources[name]
             parts[name] = {"baseline_ms": round(float(point.baseline_parts.get(name, 0.0)), 4),
                            "spec_ms": round(float(point.spec_parts.get(name, 0.0)), 4), "label": label,
                            "source": source}

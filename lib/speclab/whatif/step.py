@@ -80,6 +80,36 @@ _HARNESS_SOURCE = ("two H200 harnesses disagree (issue 34): benchmarks/gpu_step.
                    "(assumed)")
 
 
+# The drafter's own overhead a pass, from SpecDecode-Bench's fitted step model (SpecDecode-Bench/simulator,
+# predictor.py, class Llama8BH100: vLLM 0.10.1, Llama-3.1-8B-Instruct, one H100): a speculative step's
+# EAGLE draft phase costs draft_c_fixed = 2.135 ms (three passes, the study's k = 3; the per-token and
+# per-context terms are negligible at batch 1). Its overhead_constant_per_step (1.21 ms) is added to
+# every step of both arms (simulator.py, simulate_org_batch and simulate_sd_batch): it is not
+# speculation's. Less the passes' own reads (the EAGLE layer and the shared 128k LM head at 70-90 % of
+# the H100's bandwidth, what this module prices), the overhead is 0.08-0.22 ms a pass
+# (:func:`draft_pass_overhead_ms`); carried to other drafters, engines and GPUs unchanged (assumed).
+SPECDECODE_BENCH_DRAFT_MS = 2.13526175
+SPECDECODE_BENCH_PASSES = 3
+SPECDECODE_BENCH_LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096,
+                             "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+                             "vocab_size": 128256}
+_DRAFT_PASS_SOURCE = ("0.08-0.22 ms a drafter pass beyond its reads: SpecDecode-Bench's fitted EAGLE draft phase, 2.135 "
+                      "ms for three passes (Llama-3.1-8B, H100, vLLM 0.10.1; SpecDecode-Bench/simulator predictor.py), "
+                      "less the passes' own reads at 70-90 % of the H100's bandwidth; its 1.21 ms per-step overhead is "
+                      "paid by both arms (simulator.py), so not here; carried to other drafters and GPUs (assumed)")
+
+
+def draft_pass_overhead_ms() -> tuple[float, float]:
+    """The drafter's own overhead a pass (ms), ``(low, high)``: SpecDecode-Bench's fitted draft phase a
+    pass less that pass's weight reads (one EAGLE layer of Llama-3.1-8B and its LM head, 16 bits) at 70 %
+    (low) and 90 % (high) of the H100's bandwidth."""
+    llama = from_config(SPECDECODE_BENCH_LLAMA_8B, "Llama-3.1-8B")
+    head = llama.one_layer(moe=False, ffn_params=llama.dense_ffn_params)
+    read = (head.attn_params + head.dense_ffn_params + head.lm_head_params) * 2.0 / (hw.gpu("H100").hbm_tb_s * 1e12)
+    per_pass = SPECDECODE_BENCH_DRAFT_MS / SPECDECODE_BENCH_PASSES
+    return per_pass - read / 0.70 * 1e3, per_pass - read / 0.90 * 1e3
+
+
 class Refusal(SpeclabError):
     """A scenario the what-if cannot predict; the message names what is missing in one sentence."""
 
@@ -167,10 +197,16 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
     assert opt.method is not None and opt.k is not None and scenario.engine.name is not None
     method = normalise_method(opt.method)
     overlap = scenario.engine.overlap
+    try:
+        arch: Architecture | None = from_config(scenario.model.config, scenario.model.name or scenario.name)
+        arch_error = None
+    except SpeclabError as exc:
+        arch, arch_error = None, exc.message
     mode = mode_cost_parts(scenario.engine.name, scenario.engine.version, method,
                            per_batch_schedule=opt.per_batch_schedule, pipeline_parallel=par.pipeline,
                            baseline_overlap=overlap.baseline if overlap else None,
-                           option_overlap=overlap.option if overlap else None, residual=True)
+                           option_overlap=overlap.option if overlap else None, residual=True,
+                           linear_attention_layers=arch.linear_layers if arch else 0)
     if mode.refusal:
         raise Refusal(mode.refusal)
     if mode.unknown and strict_version:
@@ -198,10 +234,8 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
             link = hw.interconnect(name, device)
         except SpeclabError as exc:
             raise Refusal(exc.message) from None
-    try:
-        arch = from_config(scenario.model.config, scenario.model.name or scenario.name)
-    except SpeclabError as exc:
-        raise Refusal(exc.message) from None
+    if arch is None:
+        raise Refusal(str(arch_error))
 
     k = int(opt.k)
     verify = k + 1
@@ -213,9 +247,19 @@ def prepare(scenario: Scenario, *, strict_version: bool = False) -> Deployment:
         passes = 0
     elif method in BLOCK_METHODS:
         passes, per_pass = 1, float(k)
-        drafter = arch.one_layer(moe=False, ffn_params=arch.dense_ffn_params or 12.0 * arch.hidden ** 2)
-        notes.append(f"{method}: one drafter pass drafts the block of {k} (a dense layer of the target's width and "
-                     "its LM head, assumed)")
+        if method == "dspark" and arch.dspark_stages:
+            # a checkpoint's own DSpark drafter (DeepSeek-V4): a stack of MTP-style stages of the target's
+            # layer shape, routed experts included, one per captured target layer
+            drafter = arch.one_layer(layers=arch.dspark_stages)
+            notes.append(f"dspark: one drafter pass drafts the block of {k} through the checkpoint's "
+                         f"{arch.dspark_stages} stages (one per dspark_target_layer_ids entry), each a layer of the "
+                         "target's shape with its routed experts, and one LM head (sgl-project/sglang#29538: 'a "
+                         "3-stage MTP stack'; vllm-project/vllm#56797: '3 stages'; xLLM-AI/xllm#2172: three stages "
+                         "with MoE across EP ranks)")
+        else:
+            drafter = arch.one_layer(moe=False, ffn_params=arch.dense_ffn_params or 12.0 * arch.hidden ** 2)
+            notes.append(f"{method}: one drafter pass drafts the block of {k} (a dense layer of the target's width and "
+                         "its LM head, assumed)")
     else:
         passes = int(opt.draft_passes) if opt.draft_passes else (None if opt.tree else k)
         if opt.tree:
@@ -300,10 +344,9 @@ def _inputs(scn: Scenario, arch: Architecture, device: hw.GPU, link: hw.Intercon
                          link.alpha_us[1], "borrowed", f"{link.name}: {link.source}",
                          (0.5, link.alpha_us[1] * 20), fmt="{:.1f}", group="machine"))
     if passes is None or passes > 0:
+        lo_pass, hi_pass = (round(x, 2) for x in draft_pass_overhead_ms())
         out.append(Input("draft_pass_ms", "the drafter's own overhead a pass (launches, sampling, sync)", "ms",
-                         0.15, 0.5, "assumed",
-                         "0.15-0.5 ms a drafter pass (assumed; SpecDecode-Bench's fitted per-step overhead of a "
-                         "speculative step is 1.21 ms, Llama-3.1-8B on an H100, three passes)", (0.0, 20.0),
+                         lo_pass, hi_pass, "borrowed", _DRAFT_PASS_SOURCE, (0.0, 20.0),
                          fmt="{:.2f}", group="engine", spec_only=True))
     if passes is None:
         out.append(Input("tree_passes", "the tree drafter's passes a step", "", 3, 6, "assumed",
@@ -448,14 +491,26 @@ def _drafter_ms(dep: Deployment, v: Mapping[str, Any], batch: float, ctx: Any) -
     return passes * one
 
 
+def sequences_per_gpu(dep: Deployment, concurrency: float) -> float:
+    """The sequences one attention rank steps at ``concurrency`` (DP attention splits them)."""
+    return float(concurrency) / max(dep.scenario.parallel.attention_data_parallel, 1)
+
+
+def mode_at(dep: Deployment, concurrency: float) -> ModeCost:
+    """Speculative mode's own cost parts at one concurrency (the per-batch schedule's tax and the
+    residual depend on the sequences a GPU steps)."""
+    overlap = dep.scenario.engine.overlap
+    return mode_cost_parts(str(dep.scenario.engine.name), dep.scenario.engine.version, dep.method,
+                           per_batch_schedule=dep.scenario.option.per_batch_schedule,
+                           pipeline_parallel=dep.scenario.parallel.pipeline,
+                           concurrency=sequences_per_gpu(dep, concurrency),
+                           baseline_overlap=overlap.baseline if overlap else None,
+                           option_overlap=overlap.option if overlap else None, residual=True,
+                           linear_attention_layers=dep.arch.linear_layers)
+
+
 def _mode_ms(dep: Deployment, v: Mapping[str, Any], baseline_ms: Any, concurrency: float) -> Any:
-    mode = dep.mode
-    if dep.scenario.option.per_batch_schedule:
-        overlap = dep.scenario.engine.overlap
-        mode = mode_cost_parts(str(dep.scenario.engine.name), dep.scenario.engine.version, dep.method,
-                               per_batch_schedule=True, pipeline_parallel=dep.scenario.parallel.pipeline,
-                               concurrency=concurrency, baseline_overlap=overlap.baseline if overlap else None,
-                               option_overlap=overlap.option if overlap else None, residual=True)
+    mode = mode_at(dep, concurrency)
     u = np.asarray(v["mode_share"], float)
     total: Any = 0.0
     for part in mode.parts:

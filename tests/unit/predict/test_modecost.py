@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from speclab.predict.modecost import (
@@ -53,7 +55,8 @@ def test_parts_in_ms_and_fraction() -> None:
     assert low == pytest.approx(OVERLAP_LOST_FRACTION[0] * 10 + 0.05)
     assert high == pytest.approx(OVERLAP_LOST_FRACTION[1] * 10 + 0.5)
     assert mode_cost_parts("vllm", "0.32", "eagle3").ms(10.0) == (0.0, 0.0)
-    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=True).ms(10.0) == pytest.approx((0.0, 2.0))
+    # the residual: up to the K=0 tax, its largest reading where no concurrency is given
+    assert mode_cost_parts("vllm", "0.32", "eagle3", residual=True).ms(10.0) == pytest.approx((0.0, 2.158))
 
 
 def test_trtllm_ngram_is_up_to_15_percent_of_the_iteration() -> None:
@@ -84,3 +87,54 @@ def test_normalise_method() -> None:
     assert normalise_method("NEXTN") == "mtp"
     assert normalise_method("qwen3_5_mtp") == "mtp"
     assert normalise_method("STANDALONE") == "draft_model"
+
+
+def test_vllm_014_to_031_keeps_async_for_eagle_and_mtp() -> None:
+    # vllm-project/vllm#31998 (2026-01-08): async scheduling on by default with EAGLE/MTP, off otherwise
+    for method in ("eagle", "eagle3", "mtp", "qwen3_next_mtp"):
+        status = overlap_status("vllm", "0.26.0", method)
+        assert status.status == "kept" and "#31998" in status.source, method
+    assert overlap_status("vllm", "0.14.0", "ngram").status == "lost"
+    assert overlap_status("vllm", "0.27.1", "suffix").status == "lost"
+    for method in ("draft_model", "dspark", "ngram_gpu"):
+        assert overlap_status("vllm", "0.27.1", method).status == "unknown", method
+    assert overlap_status("vllm", "0.13.0", "mtp").status == "unknown"
+
+
+def test_a_version_known_from_below() -> None:
+    # a model first served by vLLM 0.17 runs on 0.17 or later: every row from there on keeps MTP's overlap
+    status = overlap_status("vllm", ">=0.17", "mtp")
+    assert status.status == "kept" and "every row from there on agrees" in status.source
+    assert mode_cost_parts("vllm", ">=0.17", "mtp").ms(10.0) == (0.0, 0.0)
+    # rows from there on disagree or are unplaced: unknown, spanning kept to lost
+    assert overlap_status("vllm", ">=0.13", "mtp").status == "unknown"
+    assert overlap_status("vllm", ">=0.17", "dspark").status == "unknown"
+    assert overlap_status("vllm", ">=0.32", "dspark").status == "kept"
+    assert overlap_status("vllm", ">=0.14", "ngram").status == "lost"
+    assert overlap_status("sglang", ">=0.5.7", "mtp").status == "unknown"
+    assert overlap_status("sglang", ">=0.6", "mtp").status == "kept"
+
+
+def test_linear_attention_layers_under_vllm_speculation() -> None:
+    # 0 (FULL graphs replay the GDN layers, vllm#51008) to 4.16 ms over 48 GDN layers (vllm#55978)
+    cost = mode_cost_parts("vllm", ">=0.17", "mtp", linear_attention_layers=45)
+    part = next(p for p in cost.parts if p.name == "linear_attention_host")
+    assert (part.unit, part.label) == ("ms", "borrowed")
+    assert (part.low, part.high) == pytest.approx((0.0, 45 * 4.16 / 48))
+    assert "#55978" in part.source and "#51008" in part.source
+    assert not any(p.name == "linear_attention_host" for p in mode_cost_parts("vllm", ">=0.17", "mtp").parts)
+    assert not any(p.name == "linear_attention_host"
+                   for p in mode_cost_parts("sglang", "0.6.0", "mtp", linear_attention_layers=45).parts)
+
+
+def test_the_residual_follows_the_k0_tax_by_sequences_a_gpu() -> None:
+    # vllm#49548: +6.56 % at 2 sequences, +21.58 % at 189, log-interpolated, clamped to the measured ends
+    def top(c: float) -> float:
+        return mode_cost_parts("vllm", "0.32", "eagle3", residual=True, concurrency=c).ms(100.0)[1]
+
+    assert top(1) == pytest.approx(6.56) and top(2) == pytest.approx(6.56)
+    assert top(189) == pytest.approx(21.58) and top(4096) == pytest.approx(21.58)
+    assert top(13) == pytest.approx(6.56 + 15.02 * (math.log(13 / 2) / math.log(189 / 2)), rel=1e-6)
+    part = next(p for p in mode_cost_parts("sglang", "0.6", "mtp", residual=True, concurrency=13).parts
+                if p.name == "residual")
+    assert part.low == 0.0 and part.label == "assumed" and "#49548" in part.source
