@@ -360,7 +360,9 @@ class ProbePoint:
     expected_tokens: int
     ok: bool
     refused: str | None = None
-    steps_seen: int | None = None  # pacer gaps in the window clearly longer than a decode step
+    # engine steps in the window that computed more than one token (vLLM's iteration-tokens
+    # histogram; the pacer's own steps compute one): 1 when the B prompts shared one step
+    steps_seen: int | None = None
     waited_s: float | None = None  # how long the probe waited for a quiet window before this point
     foreign_requests: float | None = None  # requests of others that finished during the point
 

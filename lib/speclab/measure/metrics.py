@@ -352,6 +352,18 @@ def histogram_mean(before: MetricsSnapshot, after: MetricsSnapshot, quantity: st
     return _histogram_mean(before, after, quantity)
 
 
+def multi_token_steps(before: MetricsSnapshot, after: MetricsSnapshot) -> int | None:
+    """Engine steps between two snapshots that computed more than one token, from vLLM's
+    ``vllm:iteration_tokens_total`` histogram (all steps minus those in its ``le="1.0"`` bucket);
+    None where the server publishes no such histogram (SGLang)."""
+    name = "vllm:iteration_tokens_total"
+    counts = [s.total(f"{name}_count") for s in (before, after)]
+    ones = [s.total(f"{name}_bucket", le="1.0") for s in (before, after)]
+    if None in counts or None in ones:
+        return None
+    return int(round((counts[1] - counts[0]) - (ones[1] - ones[0])))  # type: ignore[operator]
+
+
 def gauge(snapshot: MetricsSnapshot, quantity: str) -> float | None:
     """A gauge's current value (``requests_running``, ``requests_waiting``, ...), None where absent."""
     return _gauge(snapshot, quantity)

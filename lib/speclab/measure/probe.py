@@ -45,7 +45,13 @@ import httpx
 
 from speclab.auth import auth_headers
 from speclab.errors import SpeclabError
-from speclab.measure.metrics import MetricsSnapshot, counter_delta, histogram_mean, scrape_metrics
+from speclab.measure.metrics import (
+    MetricsSnapshot,
+    counter_delta,
+    histogram_mean,
+    multi_token_steps,
+    scrape_metrics,
+)
 from speclab.runfolder import (
     HEAD_JSONL,
     PROBE_JSON,
@@ -228,10 +234,10 @@ def check_point(point: ProbePoint, requests_finished: float | None) -> ProbePoin
         point.ok, point.refused = False, FOREIGN_TRAFFIC_REFUSAL.format(
             finished=requests_finished, batch=point.batch)
         point.foreign_requests = requests_finished - point.batch
-    elif point.batch > 1 and point.steps_seen is not None and point.steps_seen > 1:
+    elif point.steps_seen is not None and point.steps_seen > 1:
         point.ok, point.refused = False, (
-            f"the {point.batch} prompts did not share one engine step (the pacer saw {point.steps_seen} long "
-            "steps in the window): the point would price several steps")
+            f"the {point.batch} prompt(s) did not share one engine step ({point.steps_seen} steps computed more than "
+            "one token in the window, by the server's iteration-tokens histogram): the point would price several steps")
     elif point.step_s is None:
         point.ok, point.refused = False, "no step time was measured"
     return point
@@ -239,7 +245,7 @@ def check_point(point: ProbePoint, requests_finished: float | None) -> ProbePoin
 
 class _Pacer:
     """A stream that keeps the engine decoding, so the probe's prompts arrive mid-step and are
-    scheduled together; its chunk times show where the engine's steps fell."""
+    scheduled together (the server's iteration-tokens histogram then proves they shared one step)."""
 
     def __init__(self, client: httpx.AsyncClient, url: str, model: str, tokens: list[int], max_tokens: int) -> None:
         self.client, self.url, self.model, self.tokens, self.max_tokens = client, url, model, tokens, max_tokens
@@ -272,15 +278,6 @@ class _Pacer:
             with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
                 await self.task
 
-    def long_gaps(self, start: float, end: float) -> int:
-        """Pacer gaps inside ``[start, end]`` clearly longer than its usual step (probe steps)."""
-        times = self.chunk_times
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        if len(gaps) < 3:
-            return 0
-        typical = statistics.median(gaps)
-        return sum(1 for a, b in zip(times, times[1:], strict=False)
-                   if b >= start and a <= end and (b - a) > 1.5 * typical)
 
 
 async def _wait_quiet(control: httpx.Client, endpoint: Endpoint, deadline: float, own_running: int = 1) -> float:
@@ -353,7 +350,7 @@ def run_probe(
                 # the prefixes go into the cache first (their computed tokens are not measured)
                 await _complete(client, completions, model, [s.prompt(0) for s in chosen])
                 pacer_max = max(max_model_len - len(pacer_tokens) - 1, 64)
-                async with _Pacer(client, completions, model, pacer_tokens, pacer_max) as pacer:
+                async with _Pacer(client, completions, model, pacer_tokens, pacer_max):
                     for repeat in range(repeats):
                         for n in range(1, n_max + 1):
                             while True:  # a point other traffic spoiled is measured again while the budget lasts
@@ -362,13 +359,11 @@ def run_probe(
                                 prompts = [s.prompt(n) for s in chosen]
                                 context = statistics.fmean(s.prefix for s in chosen)
                                 before = scrape_metrics(control, endpoint)
-                                start = time.perf_counter()
                                 client_s = await _complete(client, completions, model, prompts)
-                                end = time.perf_counter()
                                 await asyncio.sleep(0.05)  # the engine publishes its counters after the step
                                 after = scrape_metrics(control, endpoint)
                                 point = _point(before, after, batch, n, repeat, client_s, context,
-                                               pacer.long_gaps(start, end))
+                                               multi_token_steps(before, after))
                                 point.waited_s = round(waited, 3)
                                 for i, seq in enumerate({id(s): s for s in chosen}.values()):
                                     seq.advance(n, layout.block_size, sequences[(i + 1) % len(sequences)].tokens)
@@ -391,7 +386,7 @@ def run_probe(
 
 
 def _point(before: MetricsSnapshot, after: MetricsSnapshot, batch: int, n: int, repeat: int, client_s: float,
-           context: float, steps_seen: int) -> ProbePoint:
+           context: float, steps_seen: int | None) -> ProbePoint:
     queries = counter_delta(before, after, "prefix_cache_queries")
     hits = counter_delta(before, after, "prefix_cache_hits")
     computed = queries - hits if queries is not None and hits is not None else None

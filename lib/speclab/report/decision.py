@@ -212,6 +212,7 @@ def _predicted_before(bundle: ReportBundle, option: RunData) -> tuple[pd.DataFra
                 "cost before the option stops winning.")
     else:
         frame = error.merge(pvm[["concurrency", "predicted_acceptance_rate"]], on="concurrency", how="left")
+        frame.insert(1, "predicted_speedup", frame["predicted_decode_speedup_at_measured_mix"])
         note = (f"The baseline saved no prediction for {label}; shown: the baseline's replay + cost model "
                 f"at the option's measured batch mix ({pvm['cost_model_fit'].iloc[0]}), and the measured decode "
                 "speedup the error compares it with.")

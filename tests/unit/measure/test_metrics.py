@@ -498,3 +498,23 @@ def test_scrape_unreachable_server_is_one_sentence() -> None:
     client = httpx.Client(transport=httpx.MockTransport(refuse))
     with client, pytest.raises(SpeclabError, match="Could not read http://h:8000/metrics"):
         scrape_metrics(client, Endpoint.parse("http://h:8000"))
+
+
+def test_steps_that_computed_more_than_one_token_are_counted_from_the_iteration_histogram() -> None:
+    from speclab.measure.metrics import multi_token_steps, parse_metrics
+
+    def snap(count: float, ones: float) -> object:
+        return parse_metrics(
+            "# TYPE vllm:iteration_tokens_total histogram\n"
+            f'vllm:iteration_tokens_total_bucket{{engine="0",le="1.0"}} {ones}\n'
+            f'vllm:iteration_tokens_total_bucket{{engine="0",le="+Inf"}} {count}\n'
+            f'vllm:iteration_tokens_total_count{{engine="0"}} {count}\n'
+            f'vllm:iteration_tokens_total_sum{{engine="0"}} {count * 3}\n')
+
+    # a pacer decoding one token a step for 6 steps, and one step that prefilled the probe's prompts
+    assert multi_token_steps(snap(100, 90), snap(107, 96)) == 1
+    # the prompts split over two steps
+    assert multi_token_steps(snap(100, 90), snap(108, 96)) == 2
+    # SGLang publishes no such histogram: not checked
+    other = parse_metrics("# TYPE sglang:num_requests_total counter\nsglang:num_requests_total 3\n")
+    assert multi_token_steps(other, other) is None

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pandas as pd
 import pytest
 
+from speclab.predict import modecost
 from speclab.predict.modecost import (
     OVERLAP_LOST_FRACTION,
     PIPELINE_ROUND_FRACTION,
@@ -138,3 +141,83 @@ def test_the_residual_follows_the_k0_tax_by_sequences_a_gpu() -> None:
     part = next(p for p in mode_cost_parts("sglang", "0.6", "mtp", residual=True, concurrency=13).parts
                 if p.name == "residual")
     assert part.low == 0.0 and part.label == "assumed" and "#49548" in part.source
+
+
+
+
+
+
+
+HOST = {"cpu_model": "AMD EPYC", "isa": "AVX-512", "cpus": 2}
+
+
+class FakeEngine:
+    """Decode steps of the embedded server as bench-spec-mode sees them: each fresh start of a
+    server runs at its own speed (a log-normal factor of ``instance_sd``), and a speculative
+    server that never drafts pays ``mode_ms`` of its own plus ``proposer_ms`` a step."""
+
+    def __init__(self, step_ms: dict[int, float], instance_sd: float, mode_ms: float, proposer_ms: float,
+                 seed: int = 1) -> None:
+        self.step_ms, self.sd, self.mode_ms, self.proposer_ms = step_ms, instance_sd, mode_ms, proposer_ms
+        self.rng = np.random.default_rng(seed)
+
+    def arms(self, rounds: int) -> pd.DataFrame:
+        rows = []
+        for round_ in range(rounds):
+            for arm in ("baseline", "nodraft"):
+                speed = float(self.rng.lognormal(0.0, self.sd))  # one server instance
+                for c, step in self.step_ms.items():
+                    extra = self.mode_ms + self.proposer_ms if arm == "nodraft" else 0.0
+                    rows.append({"arm": arm, "round": round_ + 1, "concurrency": c,
+                                 "server_tpot_ms": step * speed + extra})
+        return pd.DataFrame(rows)
+
+
+def test_known_mode_cost_and_instance_spread_are_recovered_from_a_fake_engine() -> None:
+    engine = FakeEngine({1: 25.0, 4: 40.0, 8: 60.0}, instance_sd=0.03, mode_ms=2.0, proposer_ms=0.05, seed=3)
+    summary = modecost.summarise_mode_cost(engine.arms(rounds=200))
+    assert summary.attrs["instance_sd"] == pytest.approx(0.03, rel=0.1)
+    for row in summary.itertuples():
+        # the cost is recovered within its own two standard errors, and those are honest
+        assert abs(row.mode_cost_ms - 2.05) <= 2 * row.mode_cost_se_ms
+        assert row.mode_cost_se_ms == pytest.approx(0.03 * math.sqrt(2 / 200) * row.baseline_step_ms, rel=0.2)
+    # the recovered cost, shipped for this host class, prices the residual once the proposer is out
+    entry = {"host_class": "AMD EPYC, AVX-512, 2 CPUs", "dtype": "bfloat16", "instance_sd": summary.attrs["instance_sd"],
+             "by_concurrency": [{**r, "proposer_ms": 0.05} for r in summary.to_dict("records")]}
+    proposer = {"cpu": "AMD EPYC", "server_cpu": True, "rows": [
+        {"method": "ngram", "k": 4, "batch": 4, "median_ms": 0.05, "p90_ms": 0.07}]}
+    cost = modecost.embedded_parts("ngram", 4, 4, 40.0, proposer=proposer, host=HOST, dtype="torch.bfloat16",
+                                   measurements=[entry])
+    parts = {p.name: p for p in cost.parts}
+    assert parts["proposer"].label == "measured" and (parts["proposer"].low, parts["proposer"].high) == (0.05, 0.07)
+    assert parts["residual"].label == "measured" and parts["residual"].low < 2.0 < parts["residual"].high
+    # a CPU engine loses no scheduling overlap and no CUDA-graph mode, and says why
+    assert parts["async_scheduling_lost"].ms(40.0) == (0.0, 0.0) and "platforms/cpu.py" in parts[
+        "async_scheduling_lost"].source
+    assert parts["cuda_graph_mode"].ms(40.0) == (0.0, 0.0) and not cost.unknown
+
+
+def test_an_unmeasured_host_class_borrows_the_widest_measurement_as_assumed() -> None:
+    narrow = {"host_class": "A, AVX-512, 2 CPUs", "dtype": "bfloat16", "instance_sd": 0.02, "by_concurrency": [
+        {"concurrency": 1, "baseline_step_ms": 20.0, "mode_cost_ms": 0.5, "mode_cost_se_ms": 0.2,
+         "mode_cost_fraction": 0.025}]}
+    wide = {"host_class": "B, AVX2, 2 CPUs", "dtype": "bfloat16", "instance_sd": 0.06, "by_concurrency": [
+        {"concurrency": 1, "baseline_step_ms": 70.0, "mode_cost_ms": -5.0, "mode_cost_se_ms": 3.0,
+         "mode_cost_fraction": -5 / 70}]}
+    cost = modecost.embedded_parts("suffix", 8, 1, 30.0, proposer=None, host={"cpu_model": "C", "isa": "AVX2", "cpus": 4},
+                                   dtype="bfloat16", measurements=[narrow, wide])
+    residual = next(p for p in cost.parts if p.name == "residual")
+    assert residual.label == "assumed" and residual.unit == "fraction"
+    assert residual.ms(30.0) == pytest.approx(((-5 - 1.645 * 3) / 70 * 30, (-5 + 1.645 * 3) / 70 * 30))
+    assert cost.unknown and "never measured" in cost.unknown[0]
+    proposer = next(p for p in cost.parts if p.name == "proposer")
+    assert proposer.label == "assumed" and "not timed" in proposer.source
+    # the instance spread: measured where the class was, else the widest (never below the default)
+    sd, source = modecost.instance_spread({"cpu_model": "A", "isa": "AVX-512", "cpus": 2}, "torch.bfloat16",
+                                          embedded=True, measurements=[narrow, wide])
+    assert sd == 0.02 and source.startswith("measured")
+    sd, source = modecost.instance_spread({"cpu_model": "C", "isa": "AVX2", "cpus": 4}, "bfloat16", embedded=True,
+                                          measurements=[narrow, wide])
+    assert sd == 0.06 and source.startswith("assumed")
+    sd, source = modecost.instance_spread(HOST, "bfloat16", embedded=False, measurements=[narrow, wide])
+    assert sd == pytest.approx(0.035) and source.startswith("borrowed")

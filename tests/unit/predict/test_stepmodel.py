@@ -4,14 +4,16 @@ real float32 baseline and n-gram run of the embedded server with every chunk's t
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from speclab.options import default_option
+from speclab.predict.costmodel import VerifyCost
 from speclab.predict.predictions import predict_from_baseline
-from speclab.predict.stepmodel import with_baseline_steps
+from speclab.predict.stepmodel import baseline_step_model, mode_costs_for_run, with_baseline_steps
 
 RUNS = Path(__file__).resolve().parents[2] / "data" / "predict"
 BASE = RUNS / "stream-f32-baseline"  # stream_model's baseline
@@ -70,3 +72,69 @@ def test_learning_from_a_run_that_is_not_a_finished_02_run_is_refused(tmp_path) 
         learn_overhead(model, RUNS / "stream-f32-ngram", option)
     with pytest.raises(SpeclabError, match="names no baseline run that still exists"):
         learn_overhead(model, RUNS / "f32-ngram", option)
+
+
+
+
+
+
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "predict"
+
+
+def _external_vllm(tmp_path: Path, version: str = "0.32.0") -> Path:
+    run = tmp_path / "external-baseline"
+    shutil.copytree(DATA / "f32-baseline", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["params"] = {**(manifest.get("params") or {}), "mode": "external"}
+    manifest["server"]["version"] = version
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def test_an_external_vllm_ngram_prediction_names_the_lost_async_scheduling_and_ngram_gpu_does_not(
+        tmp_path: Path) -> None:
+    run = _external_vllm(tmp_path)
+    costs, _ = mode_costs_for_run(run, {"ngram": 4, "ngram_gpu": 4})
+    for parts in costs["ngram"].values():
+        lost = next(p for p in parts if p["name"] == "async_scheduling_lost")
+        assert lost["label"] in ("measured", "borrowed") and lost["high_ms"] > 0 and "vllm/config/vllm.py" in lost["source"]
+    for parts in costs["ngram_gpu"].values():
+        kept = next(p for p in parts if p["name"] == "async_scheduling_lost")
+        assert kept["high_ms"] == 0 and kept["source"].startswith("kept")
+    # and the prediction carries the parts, naming them in its row
+    model = baseline_step_model(run, VerifyCost(per_token_s=0.002), source="params")
+    model.mode_costs = costs
+    table = predict_from_baseline(run, default_option("ngram"), model)
+    every = table[table["category"] == "all"]
+    assert every["mode_cost_parts"].str.contains(r"async scheduling lost [\d.]+ to [\d.]+ ms \(borrowed\)").all()
+    assert every["spec_mode_overhead_ms"].str.endswith("(in parts)").all()
+    gpu = predict_from_baseline(run, default_option("ngram_gpu"), model)
+    assert not gpu["mode_cost_parts"].str.contains("async scheduling lost [1-9]").any()
+
+
+def test_an_engine_the_table_does_not_know_is_priced_as_assumed_and_said(tmp_path: Path) -> None:
+    run = _external_vllm(tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["server"]["engine"] = "unknown"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    costs, notes = mode_costs_for_run(run, {"ngram": 4})
+    assert all(p["label"] == "assumed" for parts in costs["ngram"].values() for p in parts)
+    assert any("not in the mode table" in n for n in notes)
+
+
+def test_a_wider_instance_spread_widens_the_interval(tmp_path: Path) -> None:
+    run = DATA / "f32-baseline"
+    model = baseline_step_model(run, VerifyCost(per_token_s=0.002), source="params")
+    model.spec_mode_overhead_s = (0.0, 0.0)
+    widths = []
+    for sd in (0.01, 0.04, 0.08):
+        table = predict_from_baseline(run, default_option("ngram"), model, instance_sd=sd)
+        every = table[table["category"] == "all"]
+        widths.append(float((every["predicted_speedup_high"] - every["predicted_speedup_low"]).median()))
+    assert widths[0] < widths[1] < widths[2]
+    # the model's own spread is used when none is given
+    model.instance_sd = 0.08
+    own = predict_from_baseline(run, default_option("ngram"), model)
+    every = own[own["category"] == "all"]
+    assert float((every["predicted_speedup_high"] - every["predicted_speedup_low"]).median()) == pytest.approx(widths[2])
