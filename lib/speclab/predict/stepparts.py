@@ -109,6 +109,19 @@ def shipped_gpu_step() -> list[Path]:
     return sorted(_DATA.glob("h200-gpu-step-*.json"))
 
 
+def _read_gpu_step_json(path: Path, what: str) -> dict[str, Any]:
+    """One ``benchmarks/gpu_step.py`` JSON result, or one sentence saying why it is not one."""
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpeclabError(f"The {what} file {path} does not exist; check the path.") from None
+    except json.JSONDecodeError:
+        raise SpeclabError(f"{path} is not a benchmarks/gpu_step.py JSON result.") from None
+    if not isinstance(body, dict) or not body.get("points") or "shape" not in body:
+        raise SpeclabError(f"{path} holds no timed points; it is not a gpu_step.py result.")
+    return body
+
+
 def load_gpu_step(paths: Sequence[str | Path] | None = None) -> pd.DataFrame:
     """``benchmarks/gpu_step.py`` results as one tidy frame: one row per (shape, batch, n,
     context) with ``step_ms`` and each part's ms; ``attrs``: each shape's machine and config."""
@@ -117,14 +130,7 @@ def load_gpu_step(paths: Sequence[str | Path] | None = None) -> pd.DataFrame:
         raise SpeclabError("No GPU step curves were given; run benchmarks/gpu_step.py on a GPU and pass its JSON.")
     frames, machines, shapes = [], {}, {}
     for path in files:
-        try:
-            body = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise SpeclabError(f"The GPU step file {path} does not exist; check the path.") from None
-        except json.JSONDecodeError:
-            raise SpeclabError(f"{path} is not a benchmarks/gpu_step.py JSON result.") from None
-        if not isinstance(body, dict) or not body.get("points") or "shape" not in body:
-            raise SpeclabError(f"{path} holds no timed points; it is not a gpu_step.py result.")
+        body = _read_gpu_step_json(path, "GPU step")
         name = body["shape"]["name"]
         frame = pd.DataFrame(body["points"])
         frame.insert(0, "shape", name)
@@ -519,14 +525,7 @@ def _read_graph_mode(files: Sequence[Path]) -> pd.DataFrame:
                            "full,piecewise on a GPU and pass its JSON.")
     frames, machines, configs = [], {}, {}
     for path in files:
-        try:
-            body = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise SpeclabError(f"The graph-mode file {path} does not exist; check the path.") from None
-        except json.JSONDecodeError:
-            raise SpeclabError(f"{path} is not a benchmarks/gpu_step.py JSON result.") from None
-        if not isinstance(body, dict) or "shape" not in body or not body.get("points"):
-            raise SpeclabError(f"{path} holds no timed points; it is not a gpu_step.py result.")
+        body = _read_gpu_step_json(path, "graph-mode")
         missing = {"full_ms", "piecewise_ms", "extra_ms"} - set(body["points"][0])
         if missing:
             raise SpeclabError(f"{path} has no full/piecewise timings ({', '.join(sorted(missing))}); it is a "
