@@ -176,7 +176,7 @@ def _probe_vllm_server_info(client: httpx.Client, ep: Endpoint, identity: Server
         spec = config.get("speculative_config")
         if isinstance(spec, dict):
             keep = ("method", "model", "num_speculative_tokens", "prompt_lookup_min",
-                    "prompt_lookup_max", "draft_tensor_parallel_size")
+                    "prompt_lookup_max", "draft_tensor_parallel_size", "num_speculative_tokens_per_batch_size")
             identity.speculative_config = {k: spec[k] for k in keep if spec.get(k) is not None}
         dtype = (config.get("model_config") or {}).get("dtype")
         if dtype:
