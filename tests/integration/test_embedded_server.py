@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from speclab.measure.client import RequestSpec, Sampling, StreamClient
+from speclab.measure.loadgen import SweepConfig, measure_sweep, plan_sweep
 from speclab.measure.metrics import scrape_metrics, spec_decode_info, window
+from speclab.predict.accuracy import schedule_check
 from speclab.prompts import load_builtin
 from speclab.runs import Run
 from speclab.serve.embedded import embedded_option
@@ -30,11 +32,19 @@ async def _stream(endpoint, model, prompts) -> list:
                                               messages=list(p.messages)), t0) for p in prompts]
 
 
+# n-gram runs with a per-batch-size schedule (the configuration search's kind of restart line):
+# k = 4 at batch 1, off from 2; the three prompts below go one at a time, so they draft.
+SCHEDULE = [[1, 1, 4], [2, 256, 0]]
+
+
 @pytest.mark.parametrize("method", ["baseline", "ngram"])
 def test_start_stream_count_stop(method: str) -> None:
     prompts = load_builtin(["code_editing"])[:3]
     run = Run.create(f"it-{method}", {}, kind="test")
-    with serve_target(ServerTarget(option=embedded_option(method)), run) as live:
+    option = embedded_option(method)
+    if method == "ngram":
+        option = option.model_copy(update={"extra": {"num_speculative_tokens_per_batch_size": SCHEDULE}})
+    with serve_target(ServerTarget(option=option), run) as live:
         pid = live.managed.pid
         assert live.identity.load_time_s and live.identity.load_time_s < 240
         assert live.identity.observed_method == method
@@ -57,6 +67,18 @@ def test_start_stream_count_stop(method: str) -> None:
             assert counters.d_accepted_tokens > 0 and counters.acceptance_rate > 0
             # several tokens per chunk is what speculation looks like from the client
             assert max(r.tokens_per_chunk_mean for r in records) > 1.0
+            # the server runs the schedule it was given, and 02's check reads it from the streams:
+            # at concurrency 4 no engine step at a batch of 2 or more accepts a draft
+            assert (live.identity.speculative_config or {}).get("num_speculative_tokens_per_batch_size") == SCHEDULE
+            config = SweepConfig(concurrency=[4], per_category=1, max_tokens=48, warmup_requests=0,
+                                 categories=["code_editing", "rag_qa", "translation", "multi_turn"])
+            sweep = Run.create("it-schedule", {}, kind="test", run_dir=run.path / "schedule")
+            measure_sweep(live.endpoint, live.model, config, sweep, plan=plan_sweep(config), arm="ngram",
+                          progress=False)
+            check = schedule_check(sweep.path, SCHEDULE)
+            print(check.to_string(index=False), check.attrs["verdict"])
+            off = check[check["k"] == 0].iloc[0]
+            assert check.attrs["ok"] and off["steps"] > 0 and off["steps_with_accepted_drafts"] == 0
     manifest = Run.open(run.path).manifest
     assert manifest["server"]["launch_command"].count("--enforce-eager") == 1
     deadline = time.time() + 10

@@ -47,25 +47,27 @@ def time_proposers(run_dir: str | Path, methods: Sequence[str], ks: Sequence[int
                           "proposer's time there may differ")
     if not sequences:
         record["failed"] = {m: "the run recorded no token ids to replay" for m in methods}
+    elif not methods:
+        pass  # nothing on the CPU to time (ngram_gpu's proposer runs on the GPU)
     elif not interpreter.exists():
         record["failed"] = {m: f"no server venv at {interpreter} (make setup installs it)" for m in methods}
     else:
-        for method in methods:
-            payload = {"method": method, "ks": list(ks), "batches": list(batches), "sequences": sequences,
-                       "prompt_lookup_min": prompt_lookup[0], "prompt_lookup_max": prompt_lookup[1],
-                       "max_model_len": max_model_len, "max_steps": max_steps}
-            try:
-                done = subprocess.run([str(interpreter), str(_SCRIPT)], input=json.dumps(payload),
-                                      capture_output=True, text=True, timeout=600)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                record["failed"][method] = f"the proposer timer did not finish ({exc})"
-                continue
-            if done.returncode != 0:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-                record["failed"][method] = f"the proposer timer failed: {tail[0][:300]}"
-                continue
-            answer = json.loads(done.stdout)
-            record["rows"] += answer.get("rows", [])
+        payload = {"methods": list(methods), "ks": list(ks), "batches": list(batches), "sequences": sequences,
+                   "prompt_lookup_min": prompt_lookup[0], "prompt_lookup_max": prompt_lookup[1],
+                   "max_model_len": max_model_len, "max_steps": max_steps}
+        try:
+            done = subprocess.run([str(interpreter), str(_SCRIPT)], input=json.dumps(payload),
+                                  capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            done = None
+            record["failed"] = {m: f"the proposer timer did not finish ({exc})" for m in methods}
+        if done is not None and done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            record["failed"] = {m: f"the proposer timer failed: {tail[0][:300]}" for m in methods}
+        elif done is not None:
+            answer = json.loads(done.stdout.strip().splitlines()[-1])
+            record["rows"] = answer.get("rows", [])
+            record["failed"] = answer.get("failed", {})
             record["cpu"] = answer.get("cpu") or record["cpu"]
     write_json(Path(run_dir) / PROPOSER_JSON, record)
     return record

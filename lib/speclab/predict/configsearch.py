@@ -288,6 +288,7 @@ def _plan(result: Search) -> None:
         result.plan = ["Keep the baseline: no configuration is predicted to save time without losing more than "
                        f"{100 * result.tolerance:g} % at some concurrency of the traffic."]
         result.plan_restarts = 0
+        result.plan += _unjudged_lines(result)
         return
     rivals = [c for c in result.candidates if c is not best and c.eligible
               and c.daily_gain_high_h >= best.daily_gain_low_h]
@@ -304,7 +305,13 @@ def _plan(result: Search) -> None:
     tried = 1 + len(rivals)
     result.plan.append(f"The plan needs {result.plan_restarts} restart(s) at most, against {tried} to try each "
                        f"configuration within the interval ({len(result.candidates)} were predicted).")
-    if result.unjudged:
-        where = ", ".join(f"{c:g} ({h:g} h a day)" for c, h in result.unjudged)
-        result.plan.append(f"Concurrency {where} lies {BEYOND_SWEEP} ({result.swept[0]}-{result.swept[-1]}): not "
-                           "judged; add it to 01's concurrency to judge it.")
+    result.plan += _unjudged_lines(result)
+
+
+def _unjudged_lines(result: Search) -> list[str]:
+    """The traffic the search could not judge, and how to judge it."""
+    if not result.unjudged or not result.swept:
+        return []
+    where = ", ".join(f"{c:g} ({h:g} h a day)" for c, h in result.unjudged)
+    return [f"Concurrency {where} lies {BEYOND_SWEEP} ({result.swept[0]}-{result.swept[-1]}): not judged; add it to "
+            "01's concurrency to judge it."]

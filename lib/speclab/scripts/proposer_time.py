@@ -6,12 +6,13 @@ driven as the model runner drives them once per decode step.
 
 Reads JSON on stdin::
 
-    {"method": "ngram" | "suffix", "ks": [4, 8], "batches": [1, 4, 8],
+    {"methods": ["ngram", "suffix"], "ks": [4, 8], "batches": [1, 4, 8],
      "prompt_lookup_min": 2, "prompt_lookup_max": 4, "max_model_len": 2048,
      "sequences": [{"prompt": [ids...], "output": [ids...]}, ...], "max_steps": 64}
 
 and writes one JSON object on stdout: ``{"cpu": ..., "threads": ..., "rows": [{"method", "k",
-"batch", "steps", "median_ms", "p90_ms", "mean_ms"}, ...]}``. For each batch size B, B
+"batch", "steps", "median_ms", "p90_ms", "mean_ms"}, ...], "failed": {method: why}}`` (one
+interpreter for every method: vLLM is imported once). For each batch size B, B
 sequences decode side by side (a sequence that ends is replaced by the next, as a closed loop
 admits a new request); each engine step appends every sequence's next real token and calls the
 proposer once for the whole batch, timed with ``perf_counter``. The baseline's own greedy tokens
@@ -104,34 +105,40 @@ def _time_batch(method: str, proposer: Any, k: int, batch: int, sequences: list[
 
 def main() -> int:
     request = json.load(sys.stdin)
-    method = request["method"]
     max_len = int(request.get("max_model_len", 2048))
     sequences = request["sequences"]
     batches = [int(b) for b in request["batches"]]
-    rows = []
-    for k in request["ks"]:
-        config = _config(method, int(k), request, max_len, max(batches + [1]))
-        if method == "ngram":
-            from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+    rows: list[dict[str, Any]] = []
+    failed: dict[str, str] = {}
+    for method in request.get("methods") or [request.get("method")]:
+        for k in request["ks"]:
+            config = _config(method, int(k), request, max_len, max(batches + [1]))
+            try:
+                if method == "ngram":
+                    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
-            proposer: Any = NgramProposer(config)  # its constructor compiles the numba kernel once
-        elif method == "suffix":
-            from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
+                    proposer: Any = NgramProposer(config)  # its constructor compiles the numba kernel once
+                elif method == "suffix":
+                    from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
 
-            proposer = SuffixDecodingProposer(config)
-        else:
-            print(json.dumps({"error": f"no proposer to time for method {method!r}"}))
-            return 2
-        for batch in batches:
-            _time_batch(method, proposer, int(k), batch, sequences, max_len, 8)  # warm caches and threads
-            times = _time_batch(method, proposer, int(k), batch, sequences, max_len, int(request.get("max_steps", 64)))
-            if not times:
-                continue
-            ordered = sorted(times)
-            rows.append({"method": method, "k": int(k), "batch": batch, "steps": len(times),
-                         "median_ms": 1e3 * statistics.median(times), "mean_ms": 1e3 * statistics.fmean(times),
-                         "p90_ms": 1e3 * ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]})
-    print(json.dumps({"cpu": _cpu(), "threads": os.cpu_count(), "rows": rows}))
+                    proposer = SuffixDecodingProposer(config)
+                else:
+                    failed[method] = f"no CPU proposer to time for method {method!r}"
+                    break
+            except ImportError as exc:
+                failed[method] = f"its proposer does not import here ({exc})"
+                break
+            for batch in batches:
+                _time_batch(method, proposer, int(k), batch, sequences, max_len, 8)  # warm caches and threads
+                times = _time_batch(method, proposer, int(k), batch, sequences, max_len,
+                                    int(request.get("max_steps", 64)))
+                if not times:
+                    continue
+                ordered = sorted(times)
+                rows.append({"method": method, "k": int(k), "batch": batch, "steps": len(times),
+                             "median_ms": 1e3 * statistics.median(times), "mean_ms": 1e3 * statistics.fmean(times),
+                             "p90_ms": 1e3 * ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]})
+    print(json.dumps({"cpu": _cpu(), "threads": os.cpu_count(), "rows": rows, "failed": failed}))
     return 0
 
 
