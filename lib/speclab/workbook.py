@@ -404,11 +404,11 @@ def search_methods(params: BaselineParams, engine: str | None) -> list[str]:
 
 
 def configuration_search(params: BaselineParams, data: RunData, model: CalibratedStepTime, *,
-                         ks: Sequence[int] | None = None) -> Any:
+                         ks: Sequence[int] | None = None, out_dir: Path | None = None) -> Any:
     """From verdict to configuration (:func:`speclab.predict.configsearch.search`): every option
     at k = 1 ... 8, and on vLLM per-batch-size schedules, predicted from this baseline with 01's
     step model, weighted by ``params.traffic``; the recommendation with its exact restart line is
-    written to recommended-config.json."""
+    written to recommended-config.json (in ``out_dir``, default the baseline's run folder)."""
     from speclab.options import INSTANCE_SD
     from speclab.predict import configsearch
     from speclab.predict.payback import restart_cost_s
@@ -437,7 +437,7 @@ def configuration_search(params: BaselineParams, data: RunData, model: Calibrate
                                 off_cost_ms=off_cost_ms,
                                 schedule_cost_ms=schedule_cost_ms if engine == "vllm" else None)
     restart_s, restart_from = restart_cost_s(params.restart_minutes, data.server.get("load_time_s"))
-    write_json(data.path / RECOMMENDED_CONFIG_JSON,
+    write_json((out_dir or data.path) / RECOMMENDED_CONFIG_JSON,
                recommended_record(found, engine=engine, restart_s=restart_s, restart_from=restart_from))
     return found
 
@@ -527,4 +527,28 @@ def check_configuration(params: SpecParams, base: RunData, spec: RunData) -> Con
                          + ", ".join(f"{r.predicted_speedup:.2f}x at c={r.concurrency:g}" for r in judged.itertuples())
                          + "; measured " + ", ".join(f"{r.measured_decode_speedup:.2f}x" for r in judged.itertuples())
                          + f" ({int(judged['within_interval'].sum())} of {len(judged)} inside the predicted interval).")
+        sentences += repredict_after_restart(base, spec)
     return ConfigurationCheck(sentences, frames)
+
+
+def repredict_after_restart(base: RunData, spec: RunData) -> list[str]:
+    """The restart plan's second step: every configuration predicted again from the baseline, with
+    speculative mode's own cost as this restart measured it (02's own steps, ``learn_overhead``),
+    into this run's recommended-config.json; sentences saying what it now recommends."""
+    from speclab.predict.stepmodel import learn_overhead, load_cost_model
+
+    model = load_cost_model(base.path)
+    if model is None:
+        return ["The baseline saved no cost model: nothing to predict again."]
+    try:
+        note = learn_overhead(model, spec.path, base)
+    except SpeclabError as exc:
+        return [f"The other configurations were not predicted again: {exc.message}"]
+    params = BaselineParams.validate_values({k: v for k, v in (base.manifest.get("params") or {}).items()
+                                             if k in BaselineParams.model_fields})
+    found = configuration_search(params, base, model, out_dir=spec.path)
+    best = found.recommended
+    verdict = (f"now recommends {best.label} ({best.daily_gain_h:.2f} server-hours a day)" if best is not None
+               else "now recommends keeping the baseline")
+    return [f"Predicted again with this restart's measurement ({note}): the search {verdict}; the ranking is in this "
+            "run's recommended-config.json."]

@@ -284,7 +284,7 @@ def learn_overhead(model: CalibratedStepTime, other_run: str | Path, option: Run
     if mine and theirs and str(mine) != str(theirs):
         raise SpeclabError(f"spec_mode_overhead_from: {run_id(path)} was served in {theirs} and this run in {mine}; "
                            "speculative mode's cost differs by dtype, give a run of the same dtype.")
-    if model.spec_mode_overhead_s is None:
+    if model.spec_mode_overhead_s is None and not model.mode_costs:
         return (f"speculative mode's cost from {run_id(path)} not used: the {model.origin or 'calibrated'} cost model "
                 "measured its own")
     their_baseline = other.manifest.get("baseline_run")
