@@ -365,6 +365,15 @@ class CalibratedStepTime:
         nearest = min(by_c, key=lambda c: (abs(math.log(max(c, 1) / max(concurrency, 1))), c))
         return by_c[nearest]
 
+    def mode_cost_split(self, method: str | None, concurrency: int) -> tuple[float, float]:
+        """The part of speculative mode's cost that is a measured estimate, as (mean, sd) in
+        seconds: parts carrying a standard error (``se_ms``) are drawn from a normal in each
+        resample of the interval, not stacked end to end; (0, 0) where none does."""
+        measured = [p for p in self.mode_cost_parts(method, concurrency) if p.get("se_ms") is not None]
+        mean = sum((float(p["low_ms"]) + float(p["high_ms"])) / 2.0 for p in measured) / 1e3
+        sd = math.sqrt(sum(float(p["se_ms"]) ** 2 for p in measured)) / 1e3
+        return mean, sd
+
     def spec_mode_overhead_for(self, concurrency: int, method: str | None = None) -> tuple[tuple[float, float] | None, str]:
         """Speculative mode's own cost for one concurrency (a range in seconds) and where it comes
         from: measured by an earlier speculative run where it has the concurrency; else the range

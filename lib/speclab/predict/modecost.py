@@ -83,6 +83,9 @@ class ModeCostPart:
     unit: Unit
     label: Label
     source: str
+    # a measured part's standard error (same unit): its range is then the 90 % interval of a
+    # normal estimate, which a prediction draws from instead of stacking its ends
+    se: float | None = None
 
     def ms(self, baseline_step_ms: float) -> tuple[float, float]:
         """``(low, high)`` in ms per step, given the baseline's decode step (ms)."""
@@ -657,7 +660,8 @@ def embedded_parts(method: str, k: int, concurrency: float, baseline_step_ms: fl
         part = ModeCostPart("residual", centre - spread, centre + spread, "ms", "measured",
                             f"speculative mode with nothing to verify, less its proposer, {found.note}: "
                             f"{float(row['mode_cost_ms']):+.1f} ± {spread:.1f} ms at c={row['concurrency']:g}"
-                            + (" (nearest measured concurrency)" if beyond else ""))
+                            + (" (nearest measured concurrency)" if beyond else ""),
+                            se=float(row["mode_cost_se_ms"]))
     else:  # another class: its cost as a share of its step, at this server's step
         frac, frac_spread = float(row["mode_cost_fraction"]), spread / float(row["baseline_step_ms"])
         part = ModeCostPart("residual", frac - frac_spread, frac + frac_spread, "fraction", "assumed",

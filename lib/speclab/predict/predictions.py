@@ -195,10 +195,13 @@ def predict_from_baseline(
             draft_fraction = float(r["draft_fraction"] or 0.0)
             k = replay.k
             speedup = tokens * base_step / spec_step
+            overhead, overhead_source = cost_model.spec_mode_overhead_for(int(c), option.method)
+            parts = cost_model.mode_cost_parts(option.method, int(c)) if overhead_source == "parts" else []
+            mode_sd = cost_model.mode_cost_split(option.method, int(c))[1] if parts else 0.0
             interval = _speedup_interval(
                 replay.requests, r["category"], int(c), batch, base_step, verify_draws,
                 level_mix=batch_mix == "level", confidence=confidence, rng=rng, instance_sd=instance_sd,
-                divergence_share=share)
+                divergence_share=share, mode_sd_s=mode_sd)
             # Inside the measured mix (and for the whole level) the level is stepped through:
             # the batch the option decodes at, not the baseline's (docs/predictor.md).
             sim = simulated.get((str(r["category"]), int(c))) if (batch_mix == "level" or r["category"] == "all") else None
@@ -208,8 +211,10 @@ def predict_from_baseline(
                 speedup, spec_step = sim["speedup"], spec_step / factor
                 spec_batch = batch * sim["spec_batch"] / sim["baseline_batch"]
                 interval = _scaled_interval(interval, factor)
-            overhead, overhead_source = cost_model.spec_mode_overhead_for(int(c), option.method)
-            parts = cost_model.mode_cost_parts(option.method, int(c)) if overhead_source == "parts" else []
+            if mode_sd > 0 and overhead is not None:
+                # measured parts are drawn in the interval (their spread above); the range keeps
+                # their mean and the other parts' ends
+                overhead = _drawn_parts_at_mean(overhead, parts)
             ranged = _overhead_range(speedup, spec_step, interval, overhead, parts)
             speedup, interval = ranged["speedup"], ranged["interval"]
             spec_step += ranged["overhead_s"]
@@ -332,6 +337,7 @@ def _speedup_interval(
     rng: np.random.Generator,
     instance_sd: float = 0.0,
     divergence_share: float = 1.0,
+    mode_sd_s: float = 0.0,
 ) -> dict[str, Any]:
     """The interval and verdict of one cell's predicted speedup (see predict_from_baseline).
 
@@ -357,6 +363,8 @@ def _speedup_interval(
     noise_base = rng.lognormal(0.0, instance_sd, n)
     noise_spec = rng.lognormal(0.0, instance_sd, n)
     extra = np.array([v.extra_s(batch * max(x - 1.0, 0.0), batch) for v, x in zip(verify_draws, verified, strict=True)])
+    if mode_sd_s > 0:  # a measured part of speculative mode's cost: its estimate's own spread, drawn
+        extra = extra + rng.normal(0.0, mode_sd_s, n)
     draws = tokens * (base_step * noise_base) / ((base_step + extra) * noise_spec)
     draws = draws[np.isfinite(draws)]
     if len(draws) < 10:
@@ -388,6 +396,18 @@ def mode_parts_text(parts: list[dict[str, Any]]) -> str:
         return f"{p['name'].replace('_', ' ')} {text} ms ({p['label']})"
 
     return "; ".join(span(p) for p in parts)
+
+
+def _drawn_parts_at_mean(overhead: tuple[float, float], parts: list[dict[str, Any]]) -> tuple[float, float]:
+    """The range of speculative mode's cost with its measured parts (``se_ms``) at their mean:
+    their spread is already in the interval's draws."""
+    low, high = overhead
+    for p in parts:
+        if p.get("se_ms") is not None:
+            mid = (float(p["low_ms"]) + float(p["high_ms"])) / 2.0 / 1e3
+            low += mid - float(p["low_ms"]) / 1e3
+            high -= float(p["high_ms"]) / 1e3 - mid
+    return low, high
 
 
 def _widest(parts: list[dict[str, Any]], break_even_ms: float) -> dict[str, Any]:

@@ -256,7 +256,8 @@ def mode_costs_for_run(baseline_dir: str | Path, options: Mapping[str, int]) -> 
                     cost.parts = [measured if p.name == "proposer" else p for p in cost.parts]
             out.setdefault(method, {})[int(c)] = [
                 {"name": p.name, "low_ms": round(p.ms(step_ms)[0], 4), "high_ms": round(p.ms(step_ms)[1], 4),
-                 "label": p.label, "source": p.source} for p in cost.parts]
+                 "label": p.label, "source": p.source,
+                 **({"se_ms": round(p.se, 4)} if p.se is not None and p.unit == "ms" else {})} for p in cost.parts]
             notes += [n for n in cost.unknown if n not in notes]
     return out, notes
 

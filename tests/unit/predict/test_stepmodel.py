@@ -138,3 +138,28 @@ def test_a_wider_instance_spread_widens_the_interval(tmp_path: Path) -> None:
     own = predict_from_baseline(run, default_option("ngram"), model)
     every = own[own["category"] == "all"]
     assert float((every["predicted_speedup_high"] - every["predicted_speedup_low"]).median()) == pytest.approx(widths[2])
+
+
+def test_a_measured_part_is_drawn_not_stacked() -> None:
+    """A measured part of speculative mode's cost (a mean with its standard error) widens the
+    interval by its own spread drawn in each resample; its ends are not stacked like an assumed range's."""
+    run = DATA / "f32-baseline"
+    model = baseline_step_model(run, VerifyCost(per_token_s=0.002), source="params")
+
+    def parts(se: float | None) -> dict:
+        residual = {"name": "residual", "low_ms": 2.0 - 1.645 * 3.0, "high_ms": 2.0 + 1.645 * 3.0,
+                    "label": "measured" if se else "assumed", "source": "test"}
+        if se:
+            residual["se_ms"] = se
+        return {"ngram": {1: [residual], 4: [residual]}}
+
+    widths, points = [], []
+    for se in (3.0, None):
+        model.mode_costs = parts(se)
+        every = predict_from_baseline(run, default_option("ngram"), model, instance_sd=0.02)
+        every = every[every["category"] == "all"]
+        widths.append(float((every["predicted_speedup_high"] - every["predicted_speedup_low"]).median()))
+        points.append(every["predicted_speedup"].to_numpy())
+    # the same mean either way; the drawn part makes a narrower interval than its ends stacked
+    assert points[0] == pytest.approx(points[1], rel=1e-6)
+    assert widths[0] < widths[1]
