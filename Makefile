@@ -43,7 +43,7 @@ demo: setup ## run the whole workbook on the embedded server; progress bars with
 	@$(BIN)/speclab demo $(if $(QUIET),--quiet)
 
 test: setup ## the full suite: unit, integration (real embedded vLLM) and notebook tests
-	@$(BIN)/python -m pytest -q -ra
+	@$(BIN)/python -m pytest -q -ra --durations=20
 
 test-unit: venv ## unit tests only (no server; seconds)
 	@$(BIN)/python -m pytest -q -ra tests/unit

@@ -27,10 +27,11 @@ On the embedded vLLM (SmolLM2-135M on the CPU):
    speedups shows how much of the error is run-to-run noise rather than model error.
    Every level records the host's load and the client's longest stall; arms measured under
    different load, or read through a stall, are flagged.
-6. The targets (issue 15), each with PASS / MISS: 'all' rows within +-5 % at every
-   concurrency, category cells within 10 % (38 of 42 at c <= 8), interval coverage >= 90 %;
-   errors against the two rounds' mean (each round is the truth plus its own noise), round
-   1's beside them.
+6. The targets (issue 32: what a prediction promises), each with PASS / MISS: interval
+   coverage >= 90 %, zero confidently-wrong 'all'-row verdicts, median interval width <= 30 %
+   (``--summarise`` pools several runs for them). The errors of the 'all' rows and the cells
+   within 10 % are printed as figures, no longer as targets: the +-5 % point target is retired
+   (docs/predictor.md, "What the prediction promises").
 
 7. Every verify-cost source of ``--verify-cost`` (default probe,calibrate) is computed from this
    one set of runs: the probe on the baseline's own server right after the test baseline,
@@ -198,17 +199,22 @@ def verdicts(result: pd.DataFrame) -> list[str]:
     for option, rows in every.groupby("option"):
         figures = [f"c={int(r['concurrency'])} {r[error]:+.1f} %" + (f" [{r['error_pct']:+.1f}]" if two else "")
                    for r in rows.to_dict("records")]
-        lines.append(f"'all' rows within +-5 % at every concurrency, {option}: {', '.join(figures)} -> "
-                     f"{'PASS' if rows[error].abs().max() <= 5 else 'MISS'}")
+        lines.append(f"'all' rows' error, {option}: {', '.join(figures)} (a figure; the +-5 % target is retired)")
     low = result[(result["category"] != "all") & (result["concurrency"] <= 8)]
     within = int((low[error].abs() <= 10).sum())
     alone = f" [{int((low['error_pct'].abs() <= 10).sum())}/{len(low)}]" if two else ""
-    lines.append(f"category cells within 10 % at c <= 8: {within}/{len(low)}{alone} (target 38/42) -> "
-                 f"{'PASS' if within >= 0.9 * len(low) else 'MISS'}")
+    lines.append(f"category cells within 10 % at c <= 8: {within}/{len(low)}{alone} (a figure)")
     inside = result["within_interval"].tolist() + (result["within_interval_r2"].tolist() if two else [])
     coverage = sum(bool(v) for v in inside) / len(inside)
     lines.append(f"interval coverage: {coverage:.0%} of {len(inside)} measured cells (target >= 90 %) -> "
                  f"{'PASS' if coverage >= 0.9 else 'MISS'}")
+    if "verdict_fared" in every:
+        wrong = every[every["verdict_fared"] == CONFIDENTLY_WRONG]
+        lines.append(f"'all'-row verdicts: {verdict_counts(every)} (target: none confidently wrong) -> "
+                     f"{'PASS' if wrong.empty else 'MISS'}")
+    if "interval_width_pct" in result:
+        width = float(result["interval_width_pct"].median())
+        lines.append(f"median interval width: {width:.1f} % (target <= 30 %) -> {'PASS' if width <= 30 else 'MISS'}")
     if "round_spread_pct" in result:
         spread = result["round_spread_pct"].abs()
         lines.append(f"run-to-run spread of the measured speedup (round 2 vs 1): median {spread.median():.1f} %, "
@@ -353,6 +359,9 @@ def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime 
         if source == "calibrate":
             model = calibrated or calibrate_from_runs(out / "calibration-baseline", out / "calibration-ngram")
             model.origin = "calibrate"
+            probed = load_cost_model(test_base)  # the instance spread, as 01 gives every source
+            if probed is not None and model.instance_sd is None:
+                model.instance_sd, model.instance_sd_source = probed.instance_sd, probed.instance_sd_source
         elif source == "probe":
             model = load_cost_model(test_base)  # cost_model.json written when the probe ran
             if model is None:
@@ -618,8 +627,7 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
     print(f"\n== per verify-cost source ({dtype}; errors against {'the two rounds mean' if rounds == 2 else 'round 1'})")
     print(frame.drop(columns=["cells_ok"]).round(3).to_string(index=False))
     if "probe" in models:
-        print("\n== targets (issue 25, probe)")
-        limit = 5.0 if "float32" in dtype else 8.0
+        print("\n== the probe against the restart (issue 25), and the honest-verdict targets (issue 32)")
         if "probe_over_calibrate" in per_token:
             worst = (per_token["probe_over_calibrate"] - 1).abs().max() * 100
             print(f"probe's per-token verify cost within 15 % of calibrate's at every batch: "
@@ -635,17 +643,10 @@ def compare_sources(out: Path, options: list[SpecOption], rounds: int, models: d
                       f"{', '.join(f'c={int(r.concurrency)} {r.spec_mode_cost_ms:+.1f}' for r in own.itertuples())} ms")
         for option in options:
             mine = frame[(frame["source"] == "probe") & (frame["option"] == option.label)].iloc[0]
-            print(f"{option.label}: 'all' rows within +-{limit:g} % ({dtype}): {mine['all_rows_error_pct']} -> "
-                  f"{'PASS' if mine['all_rows_max_abs_pct'] <= limit else 'MISS'}")
-            reference = frame[(frame["source"] == "calibrate") & (frame["option"] == option.label)]
-            if not reference.empty:
-                floor = int(reference["cells_ok"].iloc[0]) - 2
-                print(f"{option.label}: cells within 10 % at c <= 8 {mine['cells_within_10pct_c_le_8']} against "
-                      f"calibrate's {reference['cells_within_10pct_c_le_8'].iloc[0]} minus 2 -> "
-                      f"{'PASS' if mine['cells_ok'] >= floor else 'MISS'}")
-            print(f"{option.label}: median interval width {mine['median_interval_width_pct']:.1f} % (< 30 %), coverage "
-                  f"{mine['coverage']:.0%} (>= 90 %) -> "
-                  f"{'PASS' if mine['median_interval_width_pct'] < 30 and mine['coverage'] >= 0.9 else 'MISS'}")
+            print(f"{option.label}: 'all' rows' error ({dtype}): {mine['all_rows_error_pct']} (a figure); cells within "
+                  f"10 % at c <= 8 {mine['cells_within_10pct_c_le_8']}; median interval width "
+                  f"{mine['median_interval_width_pct']:.1f} % (<= 30 %), coverage {mine['coverage']:.0%} (>= 90 %) -> "
+                  f"{'PASS' if mine['median_interval_width_pct'] <= 30 and mine['coverage'] >= 0.9 else 'MISS'}")
 
 
 def main(argv: list[str] | None = None) -> int:

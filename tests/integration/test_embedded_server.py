@@ -71,7 +71,7 @@ def test_start_stream_count_stop(method: str) -> None:
             # at concurrency 4 no engine step at a batch of 2 or more accepts a draft
             assert (live.identity.speculative_config or {}).get("num_speculative_tokens_per_batch_size") == SCHEDULE
             config = SweepConfig(concurrency=[4], per_category=1, max_tokens=48, warmup_requests=0,
-                                 categories=["code_editing", "rag_qa", "translation", "multi_turn"])
+                                 categories=["code_editing", "extractive_qa", "translation", "multi_turn"])
             sweep = Run.create("it-schedule", {}, kind="test", run_dir=run.path / "schedule")
             measure_sweep(live.endpoint, live.model, config, sweep, plan=plan_sweep(config), arm="ngram",
                           progress=False)

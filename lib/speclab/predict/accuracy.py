@@ -252,7 +252,12 @@ def schedule_check(spec_run_dir: str | Path, schedule: list[list[int]] | list[tu
         table.attrs["verdict"] = (f"NOT as scheduled: {leaked} of {seen} steps at k = 0 batch sizes accepted drafts; "
                                   "the server does not run this schedule.")
     else:
+        on = table[table["k"] > 0]
+        on_steps, on_accepted = int(on["steps"].sum()), int(on["steps_with_accepted_drafts"].sum())
+        if on_steps == 0:
+            contrast = "no step of this run fell in the k > 0 batch sizes"
+        else:
+            contrast = f"at the k > 0 sizes {on_accepted} of {on_steps} steps did"
         table.attrs["verdict"] = (f"As scheduled: none of the {seen} steps at k = 0 batch sizes accepted a draft "
-                                  f"(one token a sequence each), while the k > 0 sizes did "
-                                  f"({int(table[table['k'] > 0]['steps_with_accepted_drafts'].sum())} steps).")
+                                  f"(one token a sequence each); {contrast}.")
     return table

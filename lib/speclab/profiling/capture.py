@@ -24,10 +24,10 @@ import httpx
 
 from speclab.errors import SpeclabError
 from speclab.options import Engine
+from speclab.runfolder import CAPTURE_JSON
 from speclab.runs import Run, write_json
 
 TRACES_DIR = "traces"
-CAPTURE_JSON = "profile_capture.json"
 # vLLM: <name>.<ns>.pt.trace.json.gz (per rank, plus <host>_<pid>.async_llm.* for the
 # API server); SGLang: <profile_id>-TP-<rank>[-stage].trace.json.gz; plain .json too.
 TRACE_SUFFIXES = (".trace.json.gz", ".trace.json", ".pt.trace.json.gz", ".pt.trace.json")
