@@ -71,7 +71,7 @@ bench: setup ## the client benchmarks only: ingest ceiling, then fidelity (vs se
 bench-all: setup ## every benchmark in benchmarks/, one after another (over an hour on 2 cores)
 	@$(MAKE) --no-print-directory bench bench-profile bench-traffic bench-moe bench-drafter bench-predictor bench-gpu-step bench-spec-mode bench-config bench-whatif
 
-bench-predictor: setup ## predicted vs measured speedup per verify-cost source (probe, calibrate) on test prompts the calibration did not use (bf16, c=1..16, two rounds; about 3 h on a 2-core AVX2 host, ARGS="--concurrency 1,4,8 --rounds 1" for less)
+bench-predictor: setup ## predicted vs measured speedup on test prompts the calibration did not use: coverage, interval width, verdicts agree/unclear/confidently wrong (bf16, c=1..16, two rounds; about 3 h on 2 cores; ARGS="--concurrency 1,4,8 --rounds 1 --max-tokens 96" ~15 min; --summarise DIR... pools runs)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/predictor_accuracy.py $(ARGS)
 
 bench-profile: venv ## a 1 GB trace bucketed by speclab vs HolisticTraceAnalysis, one core
@@ -86,7 +86,7 @@ bench-moe: setup ## a random-weight MoE vs a dense model of equal active paramet
 bench-spec-mode: setup ## A/A restarts of the embedded baseline and an n-gram server that never drafts, alternating, both dtypes: the instance spread and speculative mode's own cost on this host class (~20 min; ARGS="--ship" writes them into lib/speclab/data/modecost)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/spec_mode_cost.py $(ARGS)
 
-bench-config: setup ## the configuration search's recommendation against a measured grid (n-gram k 2/4/6, fixed and off above a batch size) on the embedded server (~20 min)
+bench-config: setup ## the configuration search's recommendation against a measured grid (n-gram k 2/4/6, fixed and off above a batch size) on the embedded server (about 10-20 min: eight server starts)
 	@flock /tmp/speclab-vllm.lock $(BIN)/python -u benchmarks/config_search.py $(ARGS)
 
 bench-drafter: setup ## the trained EAGLE-3 head vs the baseline at concurrency 1, per category, with its offline prediction

