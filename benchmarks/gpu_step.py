@@ -908,15 +908,24 @@ def grid(batches: list[int], ns: list[int], contexts: list[int]) -> list[tuple[i
     return points
 
 
+def _axes(args: argparse.Namespace) -> tuple[list[int], list[int], list[int]]:
+    """The grid's batches, tokens per sequence and contexts, from the command line."""
+    return ([int(v) for v in args.batches.split(",")], [int(v) for v in args.ns.split(",")],
+            [int(v) for v in args.contexts.split(",")])
+
+
+def _stack_choices(s: Shape, args: argparse.Namespace, device: torch.device) -> tuple[bool, bool, int]:
+    """(CUDA graphs, Triton attention, weight sets held): graphs and Triton on a GPU only; as many
+    layers' weights as ``--weight-gb`` holds, so that steps read cold weights as a model does."""
+    graphs = device.type == "cuda"
+    return graphs, graphs and triton is not None, max(1, min(s.layers, int(args.weight_gb * 1e9 // Weights.layer_bytes(s))))
+
+
 def run_shape(s: Shape, args: argparse.Namespace, device: torch.device, info: dict[str, Any]) -> dict[str, Any]:
-    batches = [int(v) for v in args.batches.split(",")]
-    ns = [int(v) for v in args.ns.split(",")]
-    contexts = [int(v) for v in args.contexts.split(",")]
+    batches, ns, contexts = _axes(args)
     points = grid(batches, ns, contexts)
     capacity = max(b * n for b, n, _, _ in points)
-    graphs = device.type == "cuda"
-    use_triton = graphs and triton is not None
-    sets = max(1, min(s.layers, int(args.weight_gb * 1e9 // Weights.layer_bytes(s))))
+    graphs, use_triton, sets = _stack_choices(s, args, device)
     t0 = time.monotonic()
     torch.manual_seed(0)
     weights = Weights(s, sets, device)
@@ -964,13 +973,9 @@ def run_graph_modes(s: Shape, args: argparse.Namespace, device: torch.device, in
     bad = [m for m in modes if m not in GRAPH_MODES]
     if bad or len(set(modes)) != len(modes):
         sys.exit(f"--graph-mode takes distinct modes from {', '.join(GRAPH_MODES)}; got {args.graph_mode!r}")
-    batches = [int(v) for v in args.batches.split(",")]
-    ns = [int(v) for v in args.ns.split(",")]
-    contexts = [int(v) for v in args.contexts.split(",")]
+    batches, ns, contexts = _axes(args)
     points = graph_mode_grid(batches, ns, contexts)
-    graphs = device.type == "cuda"
-    use_triton = graphs and triton is not None
-    sets = max(1, min(s.layers, int(args.weight_gb * 1e9 // Weights.layer_bytes(s))))
+    graphs, use_triton, sets = _stack_choices(s, args, device)
     t0 = time.monotonic()
     torch.manual_seed(0)
     weights = Weights(s, sets, device)
