@@ -36,6 +36,11 @@ EAGLE3_K = 3
 # (make bench-spec-mode) that spread is used instead; give instance_sd for your own servers.
 INSTANCE_SD = 0.035
 
+# How long the live probe may wait, in all, for quiet windows on a server with other traffic,
+# and retry the points that other traffic spoiled (01's ``probe_budget_s``). On an idle
+# embedded server it waits 1-3 s (docs/predictor.md, "Without a restart").
+PROBE_BUDGET_S = 120.0
+
 # What running in speculative mode costs an engine per step is no single default: it is priced
 # in labelled parts for each server (speclab.predict.modecost: the proposer timed on the host,
 # the overlap and CUDA-graph mode an engine's version loses, a residual measured per host class).

@@ -18,6 +18,7 @@ from speclab.errors import SpeclabError, explain_validation_error
 from speclab.options import (
     NGRAM_K,
     NGRAM_LOOKUP,
+    PROBE_BUDGET_S,
     SUFFIX_K,
     Engine,
     SpecOption,
@@ -105,6 +106,9 @@ class BaselineParams(_ServerParams, SweepConfig):
                     "measured, borrowed and assumed parts; calibrate measures it)")
     target_config: str | None = Field(
         None, description="probe: the served model's config.json, for the LM head's share where its rows are not measured (None: found if local)")
+    probe_budget_s: float = Field(
+        PROBE_BUDGET_S, gt=0, le=3600, description="probe: seconds it may wait for quiet windows and retry points other "
+                                         "traffic spoiled (a busy server: more)")
     calibration_per_category: int = Field(2, ge=1, description="calibrate: prompts per category (not the plan's)")
     traffic: list[dict[str, float]] = Field(
         [{"concurrency": 1, "hours_per_day": 4}, {"concurrency": 4, "hours_per_day": 8}],

@@ -178,7 +178,7 @@ def measure_probe(live: LiveServer, params: BaselineParams, run: Run, *, progres
     try:
         summary = probe.probe_live(live, run.path, batches=sorted(set(params.concurrency)), n_max=max(ks) + 1,
                                    api_key_env=params.api_key_env, target_config_path=params.target_config,
-                                   progress=progress)
+                                   progress=progress, budget_s=params.probe_budget_s)
     except SpeclabError as exc:
         print(f"speclab: the verify-cost probe failed ({exc.message}); the prediction falls back to "
               "the baseline's slope and says so.")

@@ -81,6 +81,22 @@ def test_a_probe_point_whose_prompts_did_not_share_one_step_is_refused() -> None
     assert not busy.ok and "foreign traffic" in busy.refused and busy.foreign_requests == 2
 
 
+def test_the_probe_budget_its_refusal_names_is_a_parameter_01_takes() -> None:
+    """'raise probe_budget_s' must name something a user can set: 01 takes it, and passes it on."""
+    import inspect
+
+    from speclab import workbook
+    from speclab.measure import probe
+    from speclab.params import BaselineParams
+
+    assert "probe_budget_s" in inspect.getsource(probe.probe_live)
+    assert BaselineParams.model_fields["probe_budget_s"].default == probe.PROBE_BUDGET_S
+    assert BaselineParams.validate_values({"mode": "embedded", "probe_budget_s": 600}).probe_budget_s == 600
+    with pytest.raises(SpeclabError, match="probe_budget_s"):
+        BaselineParams.validate_values({"mode": "embedded", "probe_budget_s": 0})
+    assert "budget_s=params.probe_budget_s" in inspect.getsource(workbook.measure_probe)
+
+
 def test_latency_percentiles_read_the_steady_window_and_say_so() -> None:
     records = []
     for i in range(10):  # concurrency 2: the first two ramp up with a slow first token, the last drains

@@ -52,6 +52,7 @@ from speclab.measure.metrics import (
     multi_token_steps,
     scrape_metrics,
 )
+from speclab.options import PROBE_BUDGET_S
 from speclab.runfolder import (
     HEAD_JSONL,
     PROBE_JSON,
@@ -73,9 +74,6 @@ if TYPE_CHECKING:  # the server layer's type, named for typing only
 HEAD_ROWS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # A point is measured this many times (its median is used; the spread feeds the interval).
 PROBE_REPEATS = 3
-# How long the probe may wait, in all, for quiet windows on a server with other traffic, and
-# retry the points that other traffic spoiled (``probe_budget_s``).
-PROBE_BUDGET_S = 120.0
 FOREIGN_TRAFFIC_REFUSAL = ("{finished:.0f} requests finished during a probe of {batch}: other traffic shared the "
                            "step (foreign traffic)")
 
