@@ -232,9 +232,13 @@ def _verdict_sentence(option: str, rows: pd.DataFrame, payback_h: float | None) 
         parts.append("not measurably different from the baseline at any concurrency tested")
     text = f"{option} was " + " and ".join(parts)
     if payback_h is not None:
-        text += ("; at the measured speedups its restart pays back after "
-                 f"{_hours(payback_h)} of the expected traffic" if math.isfinite(payback_h)
-                 else "; at the measured speedups its restart never pays back for the expected traffic")
+        if not math.isfinite(payback_h):
+            text += "; at the measured speedups its restart never pays back for the expected traffic"
+        elif faster:
+            text += f"; at the measured speedups its restart pays back after {_hours(payback_h)} of the expected traffic"
+        else:  # a payback from point estimates no interval supports is not a payback
+            text += (f"; its point estimates would pay the restart back after {_hours(payback_h)} of the expected "
+                     "traffic, but no measured interval clears 1, so no payback is claimed")
     return text + "."
 
 
