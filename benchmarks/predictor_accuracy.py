@@ -354,23 +354,24 @@ def source_models(out: Path, sources: list[str], calibrated: CalibratedStepTime 
     from speclab.predict.stepmodel import baseline_step_model, load_cost_model, slope_verify_cost
 
     test_base = out / "test-baseline"
+    # cost_model.json, written when the probe ran: the probe's model, and for the other sources
+    # the instance spread (and for baseline_slope speculative mode's parts), as 01 gives them
+    probed = load_cost_model(test_base)
     models: dict[str, CalibratedStepTime] = {}
     for source in sources:
         if source == "calibrate":
             model = calibrated or calibrate_from_runs(out / "calibration-baseline", out / "calibration-ngram")
             model.origin = "calibrate"
-            probed = load_cost_model(test_base)  # the instance spread, as 01 gives every source
             if probed is not None and model.instance_sd is None:
                 model.instance_sd, model.instance_sd_source = probed.instance_sd, probed.instance_sd_source
         elif source == "probe":
-            model = load_cost_model(test_base)  # cost_model.json written when the probe ran
-            if model is None:
+            if probed is None:
                 continue
+            model = probed
         else:
             verify, draws, note = slope_verify_cost(test_base)
             model = baseline_step_model(test_base, verify, note=note, source="baseline slope")
             model.verify_draws, model.origin = draws, "baseline_slope"
-            probed = load_cost_model(test_base)  # speculative mode's parts and the instance spread, as the probe's
             if probed is not None:
                 model.mode_costs, model.spec_mode_overhead_s = probed.mode_costs, probed.spec_mode_overhead_s
                 model.instance_sd, model.instance_sd_source = probed.instance_sd, probed.instance_sd_source
