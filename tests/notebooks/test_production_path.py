@@ -73,8 +73,9 @@ def test_the_kimi_worked_example_runs_end_to_end_in_external_mode(tmp_path: Path
     server = _users_server(SpecOption(), port, user_logs / "baseline.log")
     try:
         baseline = run_notebook("01-baseline", [str(KIMI / "01-baseline.yaml")],
-                                # a suite-sized plan: two prompts a category, suffix priced at k 4 (a probe up to 5 tokens)
-                                [*common, "max_tokens=24", f"concurrency={CONCURRENCY}", "per_category=2",
+                                # a suite-sized plan: one prompt a category (levels at 16 and 32 still hold two
+                                # rounds), 16 tokens, suffix priced at k 4 (a probe up to 5 tokens)
+                                [*common, "max_tokens=16", f"concurrency={CONCURRENCY}", "per_category=1",
                                  "predict_suffix_k=4"],
                                 outputs_root=str(outputs))
     finally:

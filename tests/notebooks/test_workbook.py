@@ -74,6 +74,7 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
     assert "Speculative mode itself cost" in own and "give spec_mode_overhead_ms: [" in own
     assert "Published anchors" in (eagle / "next-steps-eagle.md").read_text()
     assert (eagle / "report_section" / "section.json").exists() and (eagle / "offline-prediction.json").exists()
+    _assert_the_served_head_drafts_as_replayed(eagle, tmp_path)
     # predicted before the restart, from a real calibration run on other prompts
     import json
 
@@ -116,6 +117,27 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
          f"--screenshot={shot}", (report / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120, check=True)
     assert shot.exists() and shot.stat().st_size > 20_000
+
+
+def _assert_the_served_head_drafts_as_replayed(eagle: Path, tmp_path: Path) -> None:
+    """03 served the smoke recipe's trained head (tests/integration/test_eagle3_trained.py): vLLM
+    drafted with it, and its offline replay over the token ids the server wrote predicts the served
+    position-0 acceptance to 0.15 absolute (the offline count averages every answer row, the
+    server drafts only from the last accepted token, and bf16 verification batches differently)."""
+    from speclab.eagle3.train import SMOKE_HEAD, ensure_trained_head, evaluate_head
+    from speclab.eagle3.workbook import baseline_token_rows, measured_acceptance
+    from speclab.runfolder import load_run
+
+    head = ensure_trained_head(**SMOKE_HEAD, progress=False)  # cached: 03 trained or took this one
+    assert str(head) in (eagle / "restart-flags.txt").read_text()
+    served = load_run(eagle)
+    measured = measured_acceptance(served).iloc[0]
+    assert measured["drafts"] > 20
+    rows = baseline_token_rows(served, tmp_path / "served-tokens.jsonl")  # the eagle3 run's own answers
+    offline = evaluate_head(head, rows, tmp_path / "offline-served.json", steps=3, progress=False)
+    predicted_p0 = offline["overall"]["per_position_acceptance"][0]
+    assert measured["position_0_rate"] > 0.05, measured  # a random head accepts ~0
+    assert abs(predicted_p0 - measured["position_0_rate"]) < 0.15, (predicted_p0, measured["position_0_rate"])
 
 
 @pytest.mark.integration
