@@ -9,6 +9,7 @@ is made by :func:`speclab.measure.calibration.measure_verify_cost`, which this a
 from __future__ import annotations
 
 import fcntl
+import math
 
 import pandas as pd
 import pytest
@@ -16,8 +17,10 @@ import pytest
 from speclab.measure.calibration import measure_verify_cost, plan_per_category
 from speclab.measure.loadgen import SweepConfig, bench
 from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
+from speclab.predict.modecost import instance_spread
 from speclab.predict.replay import baseline_requests, replay_suffix
 from speclab.predict.stepmodel import calibrate_from_runs
+from speclab.runfolder import load_run
 from speclab.serve.embedded import embedded_option
 from speclab.serve.target import ServerTarget
 
@@ -71,22 +74,33 @@ def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
     assert points is not None
     print(points.to_string())
     assert len(points) == 8
-    # The per-token verify cost is host-dependent: on a fast host it is well
-    # above the noise, but on a slower 2-core CI host (50 ms steps) 1-3 extra tokens cost less
-    # than the run-to-run jitter and the non-negative fit rightly lands on 0. What must hold
-    # everywhere: the fit is non-negative and explains the points to within the jitter.
+    # The per-token verify cost is host-dependent: on a fast host it is well above the noise, but on
+    # a slower 2-core host 1-3 extra tokens cost less than the jitter and the non-negative fit rightly
+    # lands on 0. What must hold everywhere: the fit is non-negative and explains the points.
     assert model.verify.per_token_s >= 0 and model.verify.overhead_s >= 0
-    # The median, not the RMS: one level disturbed by a neighbour (a CI run once read one
-    # baseline level at 39 ms among 25 ms ones, a -12.6 ms residual) is noise the fit must
-    # not chase; a fit of the wrong form misses most points and fails here all the same.
-    median_residual_s = float(points["residual_ms"].abs().median()) / 1000
-    assert median_residual_s < 0.1 * model.baseline_step_s(1), "the fit misses the measured step times"
+    # The points compare two server instances, the baseline's and the n-gram's, and on this host class
+    # one instance's speed spreads by about 9.5 % (A/A restarts, docs/history/2026-12-04.md): an offset
+    # at each batch size, which a non-negative fit cannot take when the n-gram instance is the faster
+    # (a run of 2026-12-04 read every point 8-12 ms under the fit). Within one concurrency the offset is
+    # common; what is left is the fit's form, and it must explain each category's step to 10 % of a
+    # step (the median, so one level disturbed by a neighbour is noise the fit need not chase).
+    step_ms = 1000 * model.baseline_step_s(1)
+    offsets = points.groupby("concurrency")["residual_ms"].transform("median")
+    print("offset between the instances, ms, by concurrency:", offsets.unique().round(1).tolist())
+    assert (points["residual_ms"] - offsets).abs().median() < 0.1 * step_ms, "the fit misses the measured step times"
+    # ...and the offsets are the size of the instance spread: within 3 sd of two instances' difference
+    data = load_run(calibration.baseline_run)
+    sd, source = instance_spread(data.manifest.get("host"), data.server.get("dtype"), embedded=True)
+    assert offsets.abs().max() < 3 * math.sqrt(2) * sd * step_ms, (sd, source)
     # a verified token costs at most a few baseline steps' worth on this CPU
     assert model.verify.per_token_s < 2 * model.baseline_step_s(1)
-    # in-sample, the model reproduces the measured per-level speedups closely
+    # in-sample, priced with the instance spread a prediction carries (as 01 prices calibrate), the
+    # measured speedups fall inside the intervals: every 'all' row, and at least 8 cells in 10
+    model.instance_sd, model.instance_sd_source = sd, source
     table = compare_predicted_measured(calibration.baseline_run, calibration.spec_run, cost_model=model)
     print(table.to_string())
-    assert table["error_pct"].abs().median() < 10
+    assert table.loc[table["category"] == "all", "within_interval"].all()
+    assert table["within_interval"].mean() >= 0.8
 
 
 def test_suffix_replay_tracks_the_suffix_server(calibration, lock) -> None:
