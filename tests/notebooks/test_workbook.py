@@ -76,8 +76,6 @@ def test_baseline_ngram_report_through_papermill(tmp_path: Path, smoke_baseline:
     assert (eagle / "report_section" / "section.json").exists() and (eagle / "offline-prediction.json").exists()
     _assert_the_served_head_drafts_as_replayed(eagle, tmp_path)
     # predicted before the restart, from a real calibration run on other prompts
-    import json
-
     import pandas as pd
 
     cost = json.loads((baseline / "cost_model.json").read_text())

