@@ -14,9 +14,10 @@ import math
 import pandas as pd
 import pytest
 
-from speclab.measure.calibration import measure_verify_cost, plan_per_category
+from speclab.measure.calibration import CalibrationRuns, measure_verify_cost, plan_per_category
 from speclab.measure.loadgen import SweepConfig, bench
 from speclab.predict.accuracy import compare_predicted_measured, compare_replay_with_server
+from speclab.predict.compare import load_problems
 from speclab.predict.modecost import instance_spread
 from speclab.predict.replay import baseline_requests, replay_suffix
 from speclab.predict.stepmodel import calibrate_from_runs
@@ -47,10 +48,25 @@ def lock(tmp_path_factory: pytest.TempPathFactory):
         fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def disturbance(runs: CalibrationRuns) -> list[str]:
+    """What the product's own host-load check finds different between the two arms (or nothing)."""
+    return load_problems({path.name: load_run(path).levels for path in (runs.baseline_run, runs.spec_run)})
+
+
 @pytest.fixture(scope="module")
 def calibration(lock):
+    """The n-gram calibration pair, measured once more when the product calls the first pair
+    contaminated: its fit can only be judged on arms measured on a host of one speed (CI of
+    2026-12-04 13:46 UTC: the host probe read the baseline arm 28 % slower than the n-gram arm,
+    with no foreign process, and the fit missed its points by up to 16 ms). The counter checks
+    would hold either way; the timing checks would test the neighbour."""
     spec = ServerTarget(dtype="float32", option=embedded_option("ngram"))
-    return measure_verify_cost(spec, CONFIG, name="it-replay")
+    runs = measure_verify_cost(spec, CONFIG, name="it-replay")
+    problems = disturbance(runs)
+    if problems:
+        print("the first calibration pair was disturbed, measuring it once more:", "; ".join(problems))
+        runs = measure_verify_cost(spec, CONFIG, name="it-replay-again")
+    return runs
 
 
 def test_ngram_replay_reproduces_server_counters_per_category(calibration) -> None:
@@ -68,6 +84,8 @@ def test_ngram_replay_reproduces_server_counters_per_category(calibration) -> No
 
 
 def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
+    # the fit is judged on arms the product calls comparable (measured once more if not, above)
+    assert not disturbance(calibration), f"the host was disturbed in both calibration pairs: {disturbance(calibration)}"
     model = calibrate_from_runs(calibration.baseline_run, calibration.spec_run)
     print(model.describe())
     points = model.points

@@ -3,6 +3,8 @@ comparisons a changed host load or a client stall contaminated."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -178,6 +180,21 @@ def test_a_host_that_ran_slower_during_one_arm_is_named() -> None:
     assert sentence is not None and sentence.startswith("CONTAMINATED")
     assert "29 % slower during ngram than during baseline" in sentence  # 12.9 / 10.0 medians
     assert host_load_by_arm(slowed).set_index("arm").loc["ngram", "host_probe_ms_median"] == pytest.approx(12.9)
+
+
+def test_the_disturbed_ci_calibration_pair_is_called_contaminated() -> None:
+    # the host-load records of a real pair CI measured (docs/data): no foreign process, no steal, yet
+    # the host probe read the baseline arm 28 % slower, and its steps at c = 2 read 68-83 ms
+    data = Path(__file__).parents[3] / "docs/data/ci-2026-12-04-disturbed-calibration-pair.csv"
+    table = pd.read_csv(data, comment="#")
+    levels = {run: pd.DataFrame({"concurrency": rows["concurrency"].tolist(),
+                                 "host_load": rows[["foreign_cpu_cores", "cpu_steal_pct", "host_probe_ms"]]
+                                 .to_dict("records")})
+              for run, rows in table.groupby("run", sort=False)}
+    sentence = load_contamination(levels)
+    assert sentence is not None
+    assert "28 % slower during 134633-it-replay-baseline than during 134834-it-replay-ngram" in sentence
+    assert "more cores" not in sentence and "steal" not in sentence  # only the probe saw it
 
 
 def _lagged(*max_lag_s: float) -> pd.DataFrame:
