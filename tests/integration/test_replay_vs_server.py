@@ -57,7 +57,7 @@ def disturbance(runs: CalibrationRuns) -> list[str]:
 def calibration(lock):
     """The n-gram calibration pair, measured once more when the product calls the first pair
     contaminated: its fit can only be judged on arms measured on a host of one speed (CI of
-    2026-12-04 13:46 UTC: the host probe read the baseline arm 28 % slower than the n-gram arm,
+    2026-12-04 13:46 UTC: the host probe read the baseline arm 24 % slower than the n-gram arm,
     with no foreign process, and the fit missed its points by up to 16 ms). The counter checks
     would hold either way; the timing checks would test the neighbour."""
     spec = ServerTarget(dtype="float32", option=embedded_option("ngram"))

@@ -8,6 +8,7 @@ interval comes from ``scipy.stats.bootstrap`` resampling prompt pairs (paired=Tr
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -311,9 +312,14 @@ def losslessness_verdict(table: pd.DataFrame, dtype: str | None,
 # single-stream TPOT by several percent.
 FOREIGN_CPU_TOLERANCE_CORES = 0.25
 STEAL_TOLERANCE_PCT = 5.0
-# How far apart two arms' median host-speed probes may be before the host itself is called
-# slower during one of them (the probe's own spread on a quiet host: docs/predictor.md).
+# How far apart two arms' mean host-speed probes may be before the host itself is called
+# slower during one of them (the probe's own spread on a quiet host: docs/predictor.md)...
 HOST_PROBE_TOLERANCE = 0.12
+# ...and how many standard errors of that difference, when each arm has enough probes to show its
+# scatter: one probe is an instant, and on a 2-core host probes taken with the server idle swing
+# 20-32 ms in phases of a tenth of a second to seconds (docs/predictor.md, Host load).
+HOST_PROBE_STANDARD_ERRORS = 3.0
+HOST_PROBE_MIN_COUNT = 3
 
 
 def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -330,9 +336,24 @@ def host_load_by_arm(levels: dict[str, pd.DataFrame]) -> pd.DataFrame:
                      "foreign_cpu_cores_max": float(np.max(foreign)) if foreign else None,
                      "cpu_steal_pct_max": float(np.max(steal)) if steal else None,
                      "host_probe_ms_median": float(np.median(probe)) if probe else None,
+                     "host_probe_ms_mean": float(np.mean(probe)) if probe else None,
+                     "host_probe_ms_sd": float(np.std(probe, ddof=1)) if len(probe) > 1 else None,
+                     "host_probes": len(probe),
                      "client_stall_s_max": float(np.max(lags)) if lags else None})
     return pd.DataFrame(rows, columns=["arm", "levels", "foreign_cpu_cores_mean", "foreign_cpu_cores_max",
-                                       "cpu_steal_pct_max", "host_probe_ms_median", "client_stall_s_max"])
+                                       "cpu_steal_pct_max", "host_probe_ms_median", "host_probe_ms_mean",
+                                       "host_probe_ms_sd", "host_probes", "client_stall_s_max"])
+
+
+def _probes_apart(slow: pd.Series, fast: pd.Series) -> bool:
+    """Whether two arms' mean host probes differ by more than their own scatter explains
+    (:data:`HOST_PROBE_STANDARD_ERRORS` standard errors of the difference). With fewer than
+    :data:`HOST_PROBE_MIN_COUNT` probes in an arm its scatter is unknown, and the ratio alone decides."""
+    if min(slow["host_probes"], fast["host_probes"]) < HOST_PROBE_MIN_COUNT:
+        return True
+    error = math.sqrt(slow["host_probe_ms_sd"] ** 2 / slow["host_probes"]
+                      + fast["host_probe_ms_sd"] ** 2 / fast["host_probes"])
+    return slow["host_probe_ms_mean"] - fast["host_probe_ms_mean"] > HOST_PROBE_STANDARD_ERRORS * error
 
 
 def load_contamination(levels: dict[str, pd.DataFrame]) -> str | None:
@@ -363,15 +384,15 @@ def load_problems(levels: dict[str, pd.DataFrame]) -> list[str]:
     steal = by_arm["cpu_steal_pct_max"].dropna()
     if len(steal) and steal.max() > STEAL_TOLERANCE_PCT:
         problems.append(f"the hypervisor took up to {steal.max():.0f} % of the CPU (steal)")
-    probes = by_arm.dropna(subset=["host_probe_ms_median"])
+    probes = by_arm.dropna(subset=["host_probe_ms_mean"]).sort_values("host_probe_ms_mean")
     if len(probes) >= 2:
-        slow = probes.sort_values("host_probe_ms_median").iloc[-1]
-        fast = probes.sort_values("host_probe_ms_median").iloc[0]
-        ratio = slow["host_probe_ms_median"] / fast["host_probe_ms_median"]
-        if ratio > 1 + HOST_PROBE_TOLERANCE:
+        fast, slow = probes.iloc[0], probes.iloc[-1]
+        ratio = slow["host_probe_ms_mean"] / fast["host_probe_ms_mean"]
+        if ratio > 1 + HOST_PROBE_TOLERANCE and _probes_apart(slow, fast):
             problems.append(f"the host itself ran {100 * (ratio - 1):.0f} % slower during {slow['arm']} than during "
-                            f"{fast['arm']} (a fixed CPU probe before each level; no process of this host explains "
-                            "it: a neighbour on the same physical cores, or a lower clock)")
+                            f"{fast['arm']} (a fixed CPU probe before each level, mean of {slow['host_probes']} and "
+                            f"{fast['host_probes']}; no process of this host explains it: a neighbour on the same "
+                            "physical cores, or a lower clock)")
     stalls = by_arm.dropna(subset=["client_stall_s_max"])
     stalled = stalls[stalls["client_stall_s_max"] > steptrace.CLIENT_STALL_TOLERANCE_S]
     if len(stalled):
