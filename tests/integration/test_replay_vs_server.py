@@ -85,7 +85,8 @@ def test_ngram_replay_reproduces_server_counters_per_category(calibration) -> No
 
 def test_verify_cost_calibration_is_a_sane_fit(calibration) -> None:
     # the fit is judged on arms the product calls comparable (measured once more if not, above)
-    assert not disturbance(calibration), f"the host was disturbed in both calibration pairs: {disturbance(calibration)}"
+    problems = disturbance(calibration)
+    assert not problems, f"the host was disturbed in both calibration pairs: {problems}"
     model = calibrate_from_runs(calibration.baseline_run, calibration.spec_run)
     print(model.describe())
     points = model.points
